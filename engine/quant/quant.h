@@ -1,0 +1,55 @@
+// Quantized matrix-vector kernels for the CPU backend.
+//
+// Weights stay in their GGUF block format (ggml-common.h layouts; see
+// docs/gguf.md). A matrix W has `rows` rows of `k` elements, row r starting at
+// `w + r * row_bytes`. Activations are first converted once per op into the
+// weight type's *activation type* (ActivationType(): Q8_0 for Q4_0/Q5_0/Q8_0,
+// Q8_K for the K-quants, F32 for F32/F16/BF16), then every output element is a
+// dot product of one weight row with the converted activation row, computed on
+// integer blocks where the format allows (the approach of llama.cpp's
+// ggml_vec_dot_*: activation quantization is part of the numerics, and matches
+// what llama.cpp computes up to summation order).
+//
+// All functions are pure, allocation-free and thread-safe; callers split the
+// row range [r0, r1) across threads.
+#ifndef DECODED_ENGINE_QUANT_QUANT_H_
+#define DECODED_ENGINE_QUANT_QUANT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/dtype.h"
+
+namespace decoded::quant {
+
+// True if MatMul/DequantizeRow support weight type `t` on this build.
+bool IsSupportedWeightType(DType t);
+
+// Type activations are converted to before multiplying with weights of type `t`.
+DType ActivationType(DType weight_type);
+
+// Bytes needed for one converted activation row of `k` elements
+// (k must be a multiple of the weight type's block size).
+size_t ActivationRowBytes(DType weight_type, int64_t k);
+
+// Converts one f32 activation row of `k` elements into ActivationType(w) at `out`.
+void QuantizeActivationRow(DType weight_type, const float* x, int64_t k, void* out);
+
+// y[i * ldy + r] = dot(W row r, activation row i) for r in [r0, r1), i in [0, m).
+// `xq` holds m converted activation rows, `xq_row_bytes` apart.
+void MatMul(DType weight_type, const void* w, size_t w_row_bytes, int64_t k,
+            const void* xq, size_t xq_row_bytes, int64_t m,
+            float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+// Dequantizes one row of `k` elements of type `t` into f32 (reference path,
+// embedding lookups and tests).
+void DequantizeRow(DType t, const void* src, float* dst, int64_t k);
+
+// fp16 / bf16 scalar conversions (IEEE binary16, bfloat16 truncation-free RNE).
+float F16ToF32(uint16_t h);
+uint16_t F32ToF16(float f);
+float BF16ToF32(uint16_t h);
+
+}  // namespace decoded::quant
+
+#endif  // DECODED_ENGINE_QUANT_QUANT_H_

@@ -1,0 +1,106 @@
+// The engine's model-level API: load a model once, open per-session decode
+// contexts on it, and run prefill (D1) and decode (D2) steps on a worker's
+// executor. This is what the serving layer (engine/serving) builds on; it knows
+// nothing of gRPC.
+//
+// Ownership: a Model is immutable and shared (shared_ptr<const Model>) by every
+// session; its weights are mapped once per process. A DecodeContext belongs to
+// one session: its KV cache, its held decode plan and the per-token data
+// buffers that plan is bound to. Destroying it releases all of them at once.
+//
+// Threading: Model is thread-safe. A DecodeContext must not be used by two
+// threads at once (the scheduler runs one step of a session at a time). An
+// Executor is a worker's compute resources (CPU threads); one step runs on
+// one executor, and successive steps of a context may use different executors.
+#ifndef DECODED_ENGINE_RUNTIME_H_
+#define DECODED_ENGINE_RUNTIME_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace decoded {
+
+class Executor;
+class DecodeContext;
+
+struct ModelInfo {
+  std::string family;          // "gemma3"
+  std::string name;            // general.name
+  int32_t context_length = 0;  // trained context (tokens)
+  int32_t vocab_size = 0;
+  int32_t n_layers = 0;
+  int32_t hidden_size = 0;
+  int32_t sliding_window = 0;  // 0 if the family has no local layers
+  std::string weight_dtype;    // dominant GGML type, e.g. "q4_K"
+  std::string device;          // "cpu"
+};
+
+class Model {
+ public:
+  // NOT_FOUND / INVALID_ARGUMENT / UNIMPLEMENTED from the GGUF reader and the
+  // family's hyper-parameter and weight checks (message names the key/tensor).
+  static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& gguf_path);
+  virtual ~Model() = default;
+
+  virtual const ModelInfo& info() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+
+  // A fresh context with a KV cache of `max_seq_len` positions.
+  // INVALID_ARGUMENT if max_seq_len < 1 or > info().context_length.
+  virtual absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const = 0;
+};
+
+// Largest number of tokens one Prefill call accepts; longer prompts are fed in
+// chunks so cancellation is observed between chunks.
+inline constexpr int32_t kMaxPrefillChunk = 128;
+
+class DecodeContext {
+ public:
+  virtual ~DecodeContext() = default;
+
+  virtual int32_t cached_len() const = 0;  // tokens in the KV cache
+  virtual int32_t capacity() const = 0;    // max_seq_len
+
+  // Appends 1..kMaxPrefillChunk tokens through D1 (graph built for this chunk
+  // and discarded). Returns f32 logits: [vocab] for the last token, or
+  // [tokens.size(), vocab] row-major when `all_logits`. The span is valid until
+  // the next call on this context.
+  // INVALID_ARGUMENT: empty chunk, chunk too long, token id outside the vocab;
+  // RESOURCE_EXHAUSTED: cached_len() + tokens.size() > capacity().
+  virtual absl::StatusOr<absl::Span<const float>> Prefill(absl::Span<const int32_t> tokens,
+                                                          bool all_logits, Executor& executor) = 0;
+
+  // Appends one token through the held decode plan (D2): the first call builds
+  // and optimizes the plan, later calls only rebind per-token data. Returns
+  // [vocab] f32 logits, valid until the next call. Errors as Prefill.
+  virtual absl::StatusOr<absl::Span<const float>> Decode(int32_t token, Executor& executor) = 0;
+
+  // Bytes of KV cache this context holds (K and V, all layers, full capacity).
+  virtual int64_t kv_bytes() const = 0;
+  // Data-node bindings the held plan keeps (0 before the first Decode).
+  virtual int64_t bound_nodes() const = 0;
+};
+
+// A CPU executor with `threads` compute threads (>= 1).
+std::unique_ptr<Executor> CreateCpuExecutor(int threads);
+
+// Process-wide engine counters, for metrics and tests.
+struct EngineCounters {
+  int64_t graph_builds;      // decode/prefill graphs built (D1 and D2)
+  int64_t optimizer_runs;    // optimizer passes run (one per build)
+  int64_t rebinds;           // D2 steps that reused a held plan
+  int64_t held_plan_rebuilds;// held plans rebuilt because their key no longer matched
+  int64_t bound_nodes;       // data-node bindings currently held by live contexts
+  int64_t kv_bytes;          // KV bytes currently held by live contexts
+  int64_t live_contexts;
+};
+EngineCounters GetEngineCounters();
+
+}  // namespace decoded
+
+#endif  // DECODED_ENGINE_RUNTIME_H_
