@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string_view>
 
 namespace decoded {
 
@@ -38,7 +37,7 @@ enum class DType : uint32_t {
 };
 
 struct DTypeTraits {
-  std::string_view name;   // GGML spelling: "q4_K", "f32", ...
+  const char* name;        // GGML spelling: "q4_K", "f32", ...
   int64_t block_size;      // elements per block (1 for plain types)
   size_t block_bytes;      // bytes per block
 };
@@ -50,7 +49,7 @@ std::optional<DTypeTraits> LookupDType(uint32_t ggml_type_id);
 // Traits of a known type. Precondition: `t` is one of the enumerators above.
 const DTypeTraits& Traits(DType t);
 
-inline std::string_view DTypeName(DType t) { return Traits(t).name; }
+inline const char* DTypeName(DType t) { return Traits(t).name; }
 
 // Bytes of one row of `n` elements; nullopt if n is not a multiple of the
 // block size (a malformed tensor shape).

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/engine_counters.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace decoded {
@@ -89,17 +90,9 @@ class DecodeContext {
 // A CPU executor with `threads` compute threads (>= 1).
 std::unique_ptr<Executor> CreateCpuExecutor(int threads);
 
-// Process-wide engine counters, for metrics and tests.
-struct EngineCounters {
-  int64_t graph_builds;      // decode/prefill graphs built (D1 and D2)
-  int64_t optimizer_runs;    // optimizer passes run (one per build)
-  int64_t rebinds;           // D2 steps that reused a held plan
-  int64_t held_plan_rebuilds;// held plans rebuilt because their key no longer matched
-  int64_t bound_nodes;       // data-node bindings currently held by live contexts
-  int64_t kv_bytes;          // KV bytes currently held by live contexts
-  int64_t live_contexts;
-};
-EngineCounters GetEngineCounters();
+// Process-wide engine counters (EngineCounters, GetEngineCounters()) come
+// from engine/engine_counters.h.
+
 
 }  // namespace decoded
 

@@ -1,0 +1,128 @@
+// decode_bench: in-process throughput of the engine on a GGUF model.
+//
+// Measures, for one thread count:
+//   prefill tok/s   D1 over a prompt of --prompt_tokens, in kMaxPrefillChunk chunks
+//   decode tok/s    D2 (held plan, rebind per token) over --decode_tokens
+//   D1 step time    the same decode steps rebuilding the graph every token
+// and counts heap allocations per rebind step. Prints one JSON object; the
+// driver script bench/run_bench.py compares it with llama.cpp in the same run.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "engine/cpu/cpu_executor.h"
+#include "engine/decode_driver.h"
+#include "engine/model_registry.h"
+#include "engine/runtime.h"
+
+ABSL_FLAG(std::string, model, "", "GGUF model path");
+ABSL_FLAG(int, threads, 1, "compute threads");
+ABSL_FLAG(int, prompt_tokens, 128, "prompt length for the prefill measurement");
+ABSL_FLAG(int, decode_tokens, 128, "decode steps measured");
+ABSL_FLAG(int, d1_tokens, 16, "decode steps measured with D1 (rebuild per token)");
+ABSL_FLAG(int, repeats, 3, "repetitions; the best is reported");
+
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace decoded {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+int Run() {
+  const std::string path = absl::GetFlag(FLAGS_model);
+  auto file = GgufFile::Open(path);
+  if (!file.ok()) {
+    std::fprintf(stderr, "%s\n", file.status().ToString().c_str());
+    return 1;
+  }
+  auto weights = Weights::FromGguf(std::shared_ptr<const GgufFile>(std::move(*file)));
+  if (!weights.ok()) return 1;
+  auto model = CreateFamily(*weights);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const DecodeModel& m = **model;
+  const int threads = absl::GetFlag(FLAGS_threads);
+  CpuExecutor ex(threads);
+  const int n_prompt = absl::GetFlag(FLAGS_prompt_tokens);
+  const int n_decode = absl::GetFlag(FLAGS_decode_tokens);
+  const int n_d1 = absl::GetFlag(FLAGS_d1_tokens);
+  const int capacity = n_prompt + n_decode + n_d1 + 8;
+  std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+  for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = 1000 + (i * 7919) % 50000;
+  prompt[0] = 2;
+
+  double best_prefill = 1e30, best_decode = 1e30, best_d1 = 1e30;
+  int64_t allocs_per_step = -1;
+  for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
+    auto kv = KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, capacity);
+    if (!kv.ok()) return 1;
+    auto t0 = Clock::now();
+    for (int off = 0; off < n_prompt; off += kMaxPrefillChunk) {
+      const int n = std::min(kMaxPrefillChunk, n_prompt - off);
+      auto r = forward_with_kv_context(m, **kv, absl::MakeConstSpan(prompt).subspan(off, n), false, ex);
+      if (!r.ok()) return 1;
+    }
+    auto t1 = Clock::now();
+    best_prefill = std::min(best_prefill, Seconds(t0, t1));
+
+    DecodeSession session;
+    int32_t tok = 3000;
+    // First token builds the plan; it is not part of the steady-state rate.
+    if (!forward_with_kv_context_persistent(m, **kv, session, tok, ex).ok()) return 1;
+    const int64_t a0 = g_allocations.load();
+    auto t2 = Clock::now();
+    for (int i = 0; i < n_decode; ++i) {
+      auto r = forward_with_kv_context_persistent(m, **kv, session, tok, ex);
+      if (!r.ok()) return 1;
+      tok = static_cast<int32_t>(std::max_element(r->begin(), r->end()) - r->begin());
+    }
+    auto t3 = Clock::now();
+    allocs_per_step = (g_allocations.load() - a0) / std::max(n_decode, 1);
+    best_decode = std::min(best_decode, Seconds(t2, t3));
+
+    auto t4 = Clock::now();
+    for (int i = 0; i < n_d1; ++i) {
+      auto r = forward_with_kv_context(m, **kv, std::vector<int32_t>{tok}, false, ex);
+      if (!r.ok()) return 1;
+    }
+    auto t5 = Clock::now();
+    best_d1 = std::min(best_d1, Seconds(t4, t5));
+  }
+  const double d2_step = best_decode / n_decode;
+  const double d1_step = best_d1 / n_d1;
+  std::printf(
+      "{\"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
+      "\"decode_tok_s\": %.2f, \"d2_step_ms\": %.4f, \"d1_step_ms\": %.4f, \"d2_over_d1_speedup\": %.3f, "
+      "\"heap_allocations_per_rebind_step\": %lld}\n",
+      threads, n_prompt, n_decode, n_prompt / best_prefill, n_decode / best_decode, d2_step * 1e3, d1_step * 1e3,
+      d1_step / d2_step, static_cast<long long>(allocs_per_step));
+  return 0;
+}
+
+}  // namespace
+}  // namespace decoded
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return decoded::Run();
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Benchmarks decoded against llama.cpp (llama-cpp-python) on the same GGUF file,
+the same thread counts and the same machine, in one run, and prints ratios.
+
+Usage: python3 bench/run_bench.py [--model PATH] [--build build] [--threads 1 2]
+       [--decode-tokens 128] [--prompt-tokens 128] [--grpc]
+
+Reported per thread count:
+  prefill tok/s, decode tok/s (ours: D2 held plan; llama.cpp: llama_decode of one
+  token), ratios ours/llama.cpp, D2 vs D1 step time, heap allocations per rebind
+  step, and decode tok/s against the memory-bandwidth limit (weight bytes read
+  per token / measured single-thread read bandwidth).
+With --grpc: inter-token latency through the daemon vs in-process.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def ours(build, model, threads, n_prompt, n_decode):
+    out = subprocess.run([os.path.join(build, "bench", "decode_bench"), f"--model={model}",
+                          f"--threads={threads}", f"--prompt_tokens={n_prompt}",
+                          f"--decode_tokens={n_decode}", "--repeats=3"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def llamacpp(model, threads, n_prompt, n_decode):
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads,
+                          n_ctx=n_prompt + n_decode + 16, n_batch=n_prompt, verbose=False)
+    prompt = [2] + [1000 + (i * 7919) % 50000 for i in range(1, n_prompt)]
+    best_pp, best_tg = 1e30, 1e30
+    for _ in range(3):
+        llm.reset()
+        llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        t1 = time.perf_counter()
+        tok = 3000
+        llm.eval([tok])
+        t2 = time.perf_counter()
+        for _ in range(n_decode):
+            llm.eval([tok])
+        t3 = time.perf_counter()
+        best_pp = min(best_pp, t1 - t0)
+        best_tg = min(best_tg, t3 - t2)
+    return {"prefill_tok_s": n_prompt / best_pp, "decode_tok_s": n_decode / best_tg,
+            "llama_cpp_python": llama_cpp.__version__}
+
+
+def weight_bytes_per_token(model):
+    """Bytes of weights a decode step reads: every matrix once (the tied
+    embedding is read whole by the output projection; its row lookup is
+    negligible)."""
+    from gguf import GGUFReader
+    r = GGUFReader(model)
+    return sum(int(t.n_bytes) for t in r.tensors)
+
+
+def read_bandwidth_gbs():
+    """Single-thread streaming read bandwidth of a 512 MiB buffer (numpy sum)."""
+    import numpy as np
+    a = np.ones(512 * 1024 * 1024 // 8, dtype=np.float64)
+    a.sum()
+    best = 1e30
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t0)
+    return a.nbytes / best / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.expanduser("~/.cache/decoded/gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--decode-tokens", type=int, default=128)
+    args = ap.parse_args()
+
+    wbytes = weight_bytes_per_token(args.model)
+    bw = read_bandwidth_gbs()
+    limit_1t = bw * 1e9 / wbytes
+    report = {"model": args.model, "weight_bytes_per_token": wbytes,
+              "read_bandwidth_gb_s_1thread": round(bw, 2), "bandwidth_limit_tok_s_1thread": round(limit_1t, 1),
+              "runs": []}
+    for t in args.threads:
+        o = ours(args.build, args.model, t, args.prompt_tokens, args.decode_tokens)
+        l = llamacpp(args.model, t, args.prompt_tokens, args.decode_tokens)
+        run = {"threads": t, "ours": o, "llama_cpp": l,
+               "decode_ratio_vs_llama_cpp": round(o["decode_tok_s"] / l["decode_tok_s"], 3),
+               "prefill_ratio_vs_llama_cpp": round(o["prefill_tok_s"] / l["prefill_tok_s"], 3),
+               "decode_fraction_of_1thread_bandwidth_limit": round(o["decode_tok_s"] / limit_1t, 3)}
+        report["runs"].append(run)
+        print(f"threads={t}: decode {o['decode_tok_s']:.1f} tok/s vs llama.cpp {l['decode_tok_s']:.1f} "
+              f"(x{run['decode_ratio_vs_llama_cpp']}), prefill {o['prefill_tok_s']:.0f} vs {l['prefill_tok_s']:.0f} "
+              f"(x{run['prefill_ratio_vs_llama_cpp']}), D2 step {o['d2_step_ms']:.2f} ms vs D1 {o['d1_step_ms']:.2f} ms "
+              f"(x{o['d2_over_d1_speedup']:.2f}), allocs/rebind {o['heap_allocations_per_rebind_step']}, "
+              f"{run['decode_fraction_of_1thread_bandwidth_limit']:.2f} of the 1-thread bandwidth limit "
+              f"({limit_1t:.0f} tok/s)", flush=True)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

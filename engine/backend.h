@@ -1,0 +1,89 @@
+// The seam between the device-independent engine (graph, optimizer, decode
+// driver, model families) and a compute backend (engine/cpu today; a CUDA
+// backend is added beside it without touching the driver or the models).
+//
+// A backend owns device memory (DeviceBuffer), uploads host bytes into it, and
+// compiles an optimized Graph into a CompiledPlan whose pointers are resolved
+// once: weights, the session's data-node buffers and KV cache, and one arena
+// for intermediates. Running a compiled plan allocates nothing.
+#ifndef DECODED_ENGINE_BACKEND_H_
+#define DECODED_ENGINE_BACKEND_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/optimizer.h"
+
+namespace decoded {
+
+class KvCache;
+
+// Host-side symbols bound per step (the symbol KV-write offset path).
+struct SymEnv {
+  int32_t kv_pos = 0;  // first KV row the step writes
+};
+
+// A worker's compute resources. Obtained from the backend that runs plans.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string_view backend_name() const = 0;
+  virtual int threads() const = 0;
+};
+
+// Device memory. On CPU: 64-byte aligned host memory.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() = 0;
+  virtual const void* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+// Everything a plan is bound to besides weights: the KV cache its kv_write and
+// attention nodes address, and one buffer per DataSlot for kInput nodes
+// (nullptr for slots the graph does not use).
+struct PlanResources {
+  KvCache* kv = nullptr;
+  std::array<DeviceBuffer*, static_cast<size_t>(DataSlot::kCount)> inputs{};
+};
+
+class CompiledPlan {
+ public:
+  virtual ~CompiledPlan() = default;
+  // Runs every scheduled node. INTERNAL if a kernel detected an out-of-range
+  // KV write (the driver checks bounds first, so this is a bug, not input).
+  virtual absl::Status Run(Executor& executor, const SymEnv& env) = 0;
+  // f32 contents of graph output `i` after Run(); host-visible.
+  virtual absl::Span<const float> output(size_t i) const = 0;
+  virtual const Graph& graph() const = 0;
+  virtual size_t arena_bytes() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // RESOURCE_EXHAUSTED when the device cannot provide `bytes`.
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) = 0;
+  // Copies `bytes` from host memory into `dst` at `offset`. Allocation-free.
+  virtual void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset = 0) = 0;
+  // Takes ownership of the graph. INVALID_ARGUMENT if a kInput slot has no
+  // buffer or one too small, or the graph needs a KV cache and has none.
+  virtual absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph graph, MemoryPlan plan,
+                                                               const PlanResources& resources) = 0;
+};
+
+// The process-wide CPU backend.
+Backend& CpuBackend();
+
+}  // namespace decoded
+
+#endif  // DECODED_ENGINE_BACKEND_H_

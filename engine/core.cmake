@@ -1,0 +1,21 @@
+# decoded_core: graph IR, optimizer, CPU backend, KV cache, the shared decode
+# driver and the family registry. The model runtime (runtime.cc, which adds
+# the tokenizer) is decoded_runtime in models/CMakeLists.txt, beside the families.
+add_library(decoded_core
+  ${CMAKE_CURRENT_LIST_DIR}/graph/graph.cc
+  ${CMAKE_CURRENT_LIST_DIR}/graph/optimizer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_executor.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/kernels.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_counters.cc
+  ${CMAKE_CURRENT_LIST_DIR}/decode_plans.cc
+  ${CMAKE_CURRENT_LIST_DIR}/decode_token_host.cc
+  ${CMAKE_CURRENT_LIST_DIR}/decode_driver.cc
+  ${CMAKE_CURRENT_LIST_DIR}/weights.cc
+  ${CMAKE_CURRENT_LIST_DIR}/model_registry.cc
+)
+target_include_directories(decoded_core PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(decoded_core PUBLIC decoded_base decoded_gguf decoded_quant
+  absl::status absl::statusor absl::strings absl::span absl::synchronization absl::flat_hash_map
+  absl::node_hash_map absl::hash Threads::Threads)

@@ -1,0 +1,289 @@
+// The CPU backend: host buffers, and plans that run on a CpuExecutor team.
+//
+// A compiled plan is a flat list of steps with every pointer resolved at
+// compile time. Run() enters one parallel region; each team member walks the
+// whole list, does its share of each step, and meets the others at a barrier
+// between steps.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
+#include "engine/cpu/cpu_executor.h"
+#include "engine/cpu/kernels.h"
+#include "engine/kv_cache.h"
+#include "engine/quant/quant.h"
+
+namespace decoded {
+namespace {
+
+constexpr size_t kBufferAlign = 64;
+
+class CpuBuffer final : public DeviceBuffer {
+ public:
+  static std::unique_ptr<CpuBuffer> Create(size_t bytes) {
+    const size_t rounded = (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+    void* p = std::aligned_alloc(kBufferAlign, rounded == 0 ? kBufferAlign : rounded);
+    if (p == nullptr) return nullptr;
+    std::memset(p, 0, rounded == 0 ? kBufferAlign : rounded);
+    return std::unique_ptr<CpuBuffer>(new CpuBuffer(p, bytes));
+  }
+  ~CpuBuffer() override { std::free(data_); }
+  void* data() override { return data_; }
+  const void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  CpuBuffer(void* p, size_t n) : data_(p), size_(n) {}
+  void* data_;
+  size_t size_;
+};
+
+struct Step {
+  Op op;
+  const Node* node;
+  float* out = nullptr;
+  const void* src[4] = {};
+  // matmul
+  size_t w_row_bytes = 0;
+  size_t xq_row_bytes = 0;
+  int64_t k = 0;
+  // kv write / attention
+  float* cache = nullptr;
+  const float* kcache = nullptr;
+  const float* vcache = nullptr;
+  int32_t capacity = 0;
+  int64_t rows = 0;  // rows of the step's main input
+};
+
+class CpuPlan final : public CompiledPlan {
+ public:
+  CpuPlan(Graph graph, MemoryPlan plan) : graph_(std::move(graph)), plan_(std::move(plan)) {}
+
+  absl::Status Init(const PlanResources& res) {
+    arena_ = CpuBuffer::Create(plan_.arena_bytes);
+    if (!arena_) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate a ", plan_.arena_bytes, "-byte arena"));
+    const auto& nodes = graph_.nodes();
+    auto ptr = [&](NodeId id) -> const void* {
+      const Node& n = nodes[static_cast<size_t>(id)];
+      switch (n.op) {
+        case Op::kWeight: return n.weight->data;
+        case Op::kInput: return res.inputs[static_cast<size_t>(n.input_slot)]->data();
+        case Op::kConst: return n.const_bytes.data();
+        case Op::kKvWrite: return nullptr;
+        default: return static_cast<uint8_t*>(arena_->data()) + plan_.arena_offset[static_cast<size_t>(id)];
+      }
+    };
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Node& n = nodes[i];
+      if (n.op == Op::kInput) {
+        DeviceBuffer* b = res.inputs[static_cast<size_t>(n.input_slot)];
+        if (b == nullptr || b->size() < n.bytes()) {
+          return absl::InvalidArgumentError(absl::StrCat("input node ", n.name, " needs ", n.bytes(),
+                                                         " bytes; its binding has ", b ? b->size() : 0));
+        }
+      }
+    }
+    for (NodeId id : plan_.schedule) {
+      const Node& n = nodes[static_cast<size_t>(id)];
+      Step s{.op = n.op, .node = &n};
+      if (n.op != Op::kKvWrite) s.out = static_cast<float*>(const_cast<void*>(ptr(id)));
+      for (size_t j = 0; j < n.src.size() && j < 4; ++j) s.src[j] = ptr(n.src[j]);
+      if (!n.src.empty()) s.rows = nodes[static_cast<size_t>(n.src[0])].rows;
+      if (n.op == Op::kMatMul) {
+        const Node& w = nodes[static_cast<size_t>(n.src[0])];
+        s.w_row_bytes = w.weight->row_bytes;
+        s.k = w.cols;
+        s.xq_row_bytes = quant::ActivationRowBytes(w.dtype, w.cols);
+      }
+      if (n.op == Op::kKvWrite || n.op == Op::kAttention) {
+        if (res.kv == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.name, " needs a KV cache"));
+        if (n.i0 < 0 || n.i0 >= res.kv->n_layers()) {
+          return absl::InvalidArgumentError(absl::StrCat(n.name, ": layer ", n.i0, " outside the KV cache"));
+        }
+        s.capacity = res.kv->capacity();
+        const int32_t head_dim = n.op == Op::kKvWrite ? n.i3 : static_cast<int32_t>(n.cols / n.i2);
+        const int32_t kv_heads = n.op == Op::kKvWrite ? n.i2 : n.i3;
+        if (head_dim != res.kv->head_dim() || kv_heads != res.kv->n_kv_heads()) {
+          return absl::InvalidArgumentError(absl::StrCat(n.name, ": KV geometry mismatch"));
+        }
+        if (n.op == Op::kKvWrite) {
+          s.cache = n.i1 ? res.kv->v(n.i0) : res.kv->k(n.i0);
+        } else {
+          s.kcache = res.kv->k(n.i0);
+          s.vcache = res.kv->v(n.i0);
+        }
+      }
+      steps_.push_back(s);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(Executor& executor, const SymEnv& env) override {
+    auto* cpu = dynamic_cast<CpuExecutor*>(&executor);
+    if (cpu == nullptr) return absl::InvalidArgumentError("a CPU plan needs a CPU executor");
+    env_ = &env;
+    exec_ = cpu;
+    kv_fault_.store(false, std::memory_order_relaxed);
+    cpu->Parallel(&CpuPlan::Region, this);
+    if (kv_fault_.load(std::memory_order_relaxed)) {
+      return absl::InternalError("KV write offset outside the cache at run time");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Span<const float> output(size_t i) const override {
+    const NodeId id = graph_.outputs()[i];
+    const Node& n = graph_.node(id);
+    const auto* p = reinterpret_cast<const float*>(static_cast<const uint8_t*>(arena_->data()) +
+                                                   plan_.arena_offset[static_cast<size_t>(id)]);
+    return absl::MakeConstSpan(p, static_cast<size_t>(n.rows * n.cols));
+  }
+  const Graph& graph() const override { return graph_; }
+  size_t arena_bytes() const override { return plan_.arena_bytes; }
+
+ private:
+  static void Region(void* ctx, int ith, int nth) {
+    auto* self = static_cast<CpuPlan*>(ctx);
+    const size_t n = self->steps_.size();
+    for (size_t i = 0; i < n; ++i) {
+      self->RunStep(self->steps_[i], ith, nth);
+      self->exec_->Barrier();
+    }
+  }
+
+  void RunStep(const Step& s, int ith, int nth) {
+    const Node& n = *s.node;
+    const int64_t count = n.rows * n.cols;
+    switch (n.op) {
+      case Op::kGetRows: {
+        const auto* table = static_cast<const uint8_t*>(s.src[0]);
+        const auto* ids = static_cast<const int32_t*>(s.src[1]);
+        const WeightTensor& w = *graph_.node(n.src[0]).weight;
+        int64_t b, e;
+        cpu::Share(n.rows, ith, nth, &b, &e);
+        for (int64_t r = b; r < e; ++r) {
+          quant::DequantizeRow(w.type, table + static_cast<size_t>(ids[r]) * w.row_bytes, s.out + r * n.cols, n.cols);
+        }
+        break;
+      }
+      case Op::kRmsNorm:
+        cpu::RmsNormRows(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows,
+                         n.cols, graph_.node(n.src[1]).cols, n.f0, ith, nth);
+        break;
+      case Op::kQuantize: {
+        const size_t rb = quant::ActivationRowBytes(n.act_for, n.cols);
+        int64_t b, e;
+        cpu::Share(n.rows, ith, nth, &b, &e);
+        for (int64_t r = b; r < e; ++r) {
+          quant::QuantizeActivationRow(n.act_for, static_cast<const float*>(s.src[0]) + r * n.cols, n.cols,
+                                       reinterpret_cast<uint8_t*>(s.out) + r * rb);
+        }
+        break;
+      }
+      case Op::kMatMul: {
+        const Node& w = graph_.node(n.src[0]);
+        int64_t b, e;
+        cpu::Share(w.rows, ith, nth, &b, &e);
+        if (b < e) {
+          quant::MatMul(w.dtype, s.src[0], s.w_row_bytes, s.k, s.src[1], s.xq_row_bytes, n.rows, s.out, n.cols, b, e);
+        }
+        break;
+      }
+      case Op::kAdd:
+        cpu::Add(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
+        break;
+      case Op::kScale:
+        cpu::Scale(static_cast<const float*>(s.src[0]), n.f0, s.out, count, ith, nth);
+        break;
+      case Op::kGeluMul:
+        cpu::GeluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
+        break;
+      case Op::kSoftcap:
+        cpu::Softcap(static_cast<const float*>(s.src[0]), n.f0, s.out, count, ith, nth);
+        break;
+      case Op::kTakeLastRow:
+        if (ith == 0) {
+          std::memcpy(s.out, static_cast<const float*>(s.src[0]) + (s.rows - 1) * n.cols, n.cols * sizeof(float));
+        }
+        break;
+      case Op::kRope: {
+        const int64_t half = n.i1 / 2;
+        const int64_t row0 = static_cast<int64_t>(n.i2) * n.rows;
+        cpu::RopeNeox(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]) + row0 * half,
+                      static_cast<const float*>(s.src[2]) + row0 * half, s.out, n.rows, n.i0, n.i1, ith, nth);
+        break;
+      }
+      case Op::kKvWrite: {
+        if (ith != 0) break;
+        const int32_t off = n.offset_path == KvOffsetPath::kDeviceOffset
+                                ? *static_cast<const int32_t*>(s.src[1])
+                                : env_->kv_pos;
+        if (off < 0 || static_cast<int64_t>(off) + s.rows > s.capacity) {
+          kv_fault_.store(true, std::memory_order_relaxed);
+          break;
+        }
+        const auto* x = static_cast<const float*>(s.src[0]);
+        const int32_t heads = n.i2, hd = n.i3;
+        for (int64_t t = 0; t < s.rows; ++t) {
+          for (int32_t h = 0; h < heads; ++h) {
+            std::memcpy(s.cache + (static_cast<int64_t>(h) * s.capacity + off + t) * hd,
+                        x + (t * heads + h) * hd, static_cast<size_t>(hd) * sizeof(float));
+          }
+        }
+        break;
+      }
+      case Op::kAttention: {
+        const auto* bounds = static_cast<const int32_t*>(s.src[1]) + static_cast<int64_t>(n.i1) * n.rows * 2;
+        const int32_t head_dim = static_cast<int32_t>(n.cols / n.i2);
+        cpu::Attention(static_cast<const float*>(s.src[0]), bounds, s.kcache, s.vcache, s.out, n.rows, n.i2, n.i3,
+                       head_dim, s.capacity, n.f0, n.f1, ith, nth);
+        break;
+      }
+      case Op::kWeight:
+      case Op::kInput:
+      case Op::kConst:
+        break;
+    }
+  }
+
+  Graph graph_;
+  MemoryPlan plan_;
+  std::unique_ptr<CpuBuffer> arena_;
+  std::vector<Step> steps_;
+  const SymEnv* env_ = nullptr;
+  CpuExecutor* exec_ = nullptr;
+  std::atomic<bool> kv_fault_{false};
+};
+
+class CpuBackendImpl final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
+    auto b = CpuBuffer::Create(bytes);
+    if (!b) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+    return std::unique_ptr<DeviceBuffer>(std::move(b));
+  }
+  void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset) override {
+    std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph graph, MemoryPlan plan,
+                                                       const PlanResources& resources) override {
+    auto p = std::make_unique<CpuPlan>(std::move(graph), std::move(plan));
+    if (auto s = p->Init(resources); !s.ok()) return s;
+    return std::unique_ptr<CompiledPlan>(std::move(p));
+  }
+};
+
+}  // namespace
+
+Backend& CpuBackend() {
+  static CpuBackendImpl* backend = new CpuBackendImpl();
+  return *backend;
+}
+
+}  // namespace decoded

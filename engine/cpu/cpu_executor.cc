@@ -1,0 +1,93 @@
+#include "engine/cpu/cpu_executor.h"
+
+#include <immintrin.h>
+
+#include <memory>
+#include <thread>
+
+#include "engine/runtime.h"
+
+namespace decoded {
+namespace {
+inline void CpuRelax() { _mm_pause(); }
+// Spin iterations before a worker sleeps: long enough to bridge the gap
+// between the decode steps of a busy session, short enough not to burn a core
+// when idle.
+constexpr int kSpinBeforeSleep = 1 << 16;
+constexpr int kSpinBeforeYield = 1 << 12;
+}  // namespace
+
+CpuExecutor::CpuExecutor(int threads) : nth_(threads < 1 ? 1 : threads) {
+  for (int i = 1; i < nth_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+CpuExecutor::~CpuExecutor() {
+  stop_.store(true);
+  epoch_.fetch_add(1);
+  epoch_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void CpuExecutor::WorkerLoop(int ith) {
+  uint32_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    uint32_t e;
+    while ((e = epoch_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinBeforeSleep) {
+        CpuRelax();
+      } else {
+        epoch_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = e;
+    if (stop_.load(std::memory_order_acquire)) return;
+    fn_(ctx_, ith, nth_);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void CpuExecutor::Parallel(RegionFn fn, void* ctx) {
+  if (nth_ == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  done_.store(0, std::memory_order_relaxed);
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  epoch_.notify_all();
+  fn(ctx, 0, nth_);
+  int spins = 0;
+  while (done_.load(std::memory_order_acquire) != nth_ - 1) {
+    if (++spins < kSpinBeforeYield) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void CpuExecutor::Barrier() {
+  if (nth_ == 1) return;
+  const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
+  if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == nth_ - 1) {
+    barrier_count_.store(0, std::memory_order_relaxed);
+    barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
+  } else {
+    // Spin first (the common case: the team is balanced and on its own
+    // cores), then yield so an oversubscribed machine still makes progress.
+    int spins = 0;
+    while (barrier_phase_.load(std::memory_order_acquire) == phase) {
+      if (++spins < kSpinBeforeYield) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+}
+
+std::unique_ptr<Executor> CreateCpuExecutor(int threads) { return std::make_unique<CpuExecutor>(threads); }
+
+}  // namespace decoded

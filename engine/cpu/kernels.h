@@ -1,0 +1,51 @@
+// f32 CPU kernels of the graph ops other than matmul (engine/quant does the
+// quantized dot products). Each kernel computes the share [ith of nth] of its
+// output; every output element is computed by exactly one thread with a fixed
+// summation order, so results do not depend on the thread count.
+#ifndef DECODED_ENGINE_CPU_KERNELS_H_
+#define DECODED_ENGINE_CPU_KERNELS_H_
+
+#include <cstdint>
+
+namespace decoded::cpu {
+
+// Contiguous share [begin, end) of `n` items for thread ith of nth.
+inline void Share(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {
+  const int64_t per = (n + nth - 1) / nth;
+  *begin = per * ith < n ? per * ith : n;
+  *end = *begin + per < n ? *begin + per : n;
+}
+
+float DotF32(const float* a, const float* b, int64_t n);
+
+// x, out [rows, cols]; w [group]; each group of `group` elements normalized:
+// out = x * rsqrt(mean(x^2) + eps) * w. (Zhang & Sennrich 2019, RMSNorm.)
+void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64_t cols,
+                 int64_t group, float eps, int ith, int nth);
+
+// gelu_tanh(a) * b: GELU with the tanh approximation (Hendrycks & Gimpel 2016),
+// as HF's "gelu_pytorch_tanh".
+void GeluMul(const float* a, const float* b, float* out, int64_t n, int ith, int nth);
+
+void Add(const float* a, const float* b, float* out, int64_t n, int ith, int nth);
+void Scale(const float* x, float s, float* out, int64_t n, int ith, int nth);
+void Softcap(const float* x, float cap, float* out, int64_t n, int ith, int nth);
+
+// Rotary embedding (Su et al. 2021, RoFormer), NeoX/HF "rotate_half" pairing:
+// element d pairs with d + head_dim/2. x, out [seq, n_heads * head_dim];
+// cos, sin [seq, head_dim / 2] (already offset to the variant's rows).
+void RopeNeox(const float* x, const float* cos, const float* sin, float* out, int64_t seq,
+              int32_t n_heads, int32_t head_dim, int ith, int nth);
+
+// Scaled dot-product attention (Vaswani et al. 2017) for query rows [seq]
+// against cache rows [lo_i, hi_i) given by `bounds` ([seq, 2] i32), one-pass
+// online softmax (Milakov & Gimelshein 2018). q, out [seq, n_heads * head_dim];
+// k, v [n_kv_heads, capacity, head_dim]. softcap > 0 applies
+// cap * tanh(score / cap) to the scaled scores (Gemma 2).
+void Attention(const float* q, const int32_t* bounds, const float* k, const float* v, float* out,
+               int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t capacity,
+               float scale, float softcap, int ith, int nth);
+
+}  // namespace decoded::cpu
+
+#endif  // DECODED_ENGINE_CPU_KERNELS_H_

@@ -1,0 +1,253 @@
+#include "engine/decode_driver.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "engine/engine_counters.h"
+#include "engine/graph/optimizer.h"
+
+namespace decoded {
+namespace {
+
+template <typename T>
+std::vector<uint8_t> Bytes(const T* p, size_t n) {
+  std::vector<uint8_t> b(n * sizeof(T));
+  std::memcpy(b.data(), p, b.size());
+  return b;
+}
+
+absl::Status ValidateTokens(const DecodeModel& model, absl::Span<const int32_t> tokens) {
+  const int32_t vocab = model.dims().vocab;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", tokens[i], " at index ", i, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Buffer sizes for the one-token step's data slots.
+size_t SlotBytes(DataSlot slot, const DecodeModel& model) {
+  const size_t half = static_cast<size_t>(model.rope_plan().head_dim() / 2);
+  const size_t nr = static_cast<size_t>(std::max(model.rope_plan().n_variants(), 1));
+  switch (slot) {
+    case DataSlot::kTokenIds: return sizeof(int32_t);
+    case DataSlot::kRopeCos:
+    case DataSlot::kRopeSin: return nr * half * sizeof(float);
+    case DataSlot::kMask: return static_cast<size_t>(model.mask_plan().n_variants()) * 2 * sizeof(int32_t);
+    case DataSlot::kKvOffset: return sizeof(int32_t);
+    case DataSlot::kCount: break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// ---- the layer services ----
+
+NodeId DecodeLayerInputs::rope(NodeId x, int32_t n_heads, const std::string& name) const {
+  const int32_t v = rope_plan_.variant_of(layer);
+  if (v < 0) return x;
+  return graph.rope(x, data_.rope_cos, data_.rope_sin, v, n_heads, rope_plan_.head_dim(), name);
+}
+
+NodeId DecodeLayerInputs::attention(NodeId q, NodeId k, NodeId v, float scale, float softcap) const {
+  const std::string blk = absl::StrCat("blk.", layer, ".");
+  const NodeId kw = graph.kv_write(k, layer, /*is_v=*/false, dims_.n_kv_heads, dims_.head_dim, data_.offset_path,
+                                   data_.kv_offset, blk + "cache_k");
+  const NodeId vw = graph.kv_write(v, layer, /*is_v=*/true, dims_.n_kv_heads, dims_.head_dim, data_.offset_path,
+                                   data_.kv_offset, blk + "cache_v");
+  return graph.attention(q, data_.mask, kw, vw, layer, mask_plan_.variant_of(layer), dims_.n_heads, dims_.n_kv_heads,
+                         dims_.head_dim, scale, softcap, blk + "attn");
+}
+
+// ---- per-token data nodes ----
+
+DecodeTokenNodes PersistentDecodeModel::build_decode_token_data(Graph& g, const DecodeTokenHost& host,
+                                                                const RopePlan& rope_plan, const MaskPlan& mask_plan,
+                                                                DataMode mode) const {
+  DecodeTokenNodes d;
+  const int64_t seq = host.seq;
+  const int64_t half = rope_plan.head_dim() / 2;
+  const int64_t rope_rows = static_cast<int64_t>(std::max(rope_plan.n_variants(), 1)) * seq;
+  const int64_t mask_rows = static_cast<int64_t>(mask_plan.n_variants()) * seq;
+  d.offset_path = kv_offset_path();
+  if (mode == DataMode::kRebindable) {
+    d.token_ids = g.input(DataSlot::kTokenIds, DType::kI32, 1, seq, "inp_tokens");
+    d.rope_cos = g.input(DataSlot::kRopeCos, DType::kF32, rope_rows, half, "rope_cos");
+    d.rope_sin = g.input(DataSlot::kRopeSin, DType::kF32, rope_rows, half, "rope_sin");
+    d.mask = g.input(DataSlot::kMask, DType::kI32, mask_rows, 2, "kq_mask");
+    if (d.offset_path == KvOffsetPath::kDeviceOffset) {
+      d.kv_offset = g.input(DataSlot::kKvOffset, DType::kI32, 1, 1, "kv_offset");
+    }
+  } else {
+    d.token_ids = g.constant(DType::kI32, 1, seq, Bytes(host.token_ids.data(), host.token_ids.size()), "inp_tokens");
+    d.rope_cos = g.constant(DType::kF32, rope_rows, half, Bytes(host.rope_cos.data(), host.rope_cos.size()), "rope_cos");
+    d.rope_sin = g.constant(DType::kF32, rope_rows, half, Bytes(host.rope_sin.data(), host.rope_sin.size()), "rope_sin");
+    d.mask = g.constant(DType::kI32, mask_rows, 2, Bytes(host.mask.data(), host.mask.size()), "kq_mask");
+    if (d.offset_path == KvOffsetPath::kDeviceOffset) {
+      d.kv_offset = g.constant(DType::kI32, 1, 1, Bytes(&host.kv_offset, 1), "kv_offset");
+    }
+  }
+  return d;
+}
+
+// ---- graph build ----
+
+Graph build_decode_graph(const DecodeModel& model, const DecodeTokenHost& host, DataMode mode, bool all_logits) {
+  counters::AddGraphBuild();
+  Graph g;
+  const DecodeTokenNodes data =
+      model.build_decode_token_data(g, host, model.rope_plan(), model.mask_plan(), mode);
+  NodeId x = model.embed(g, data.token_ids);
+  for (int32_t il = 0; il < model.dims().n_layers; ++il) {
+    DecodeLayerInputs in(g, model.dims(), model.mask_plan(), model.rope_plan(), data, il, host.seq, x);
+    x = model.decode_apply_layer(in);
+  }
+  // Only the last position's logits are needed to continue; skipping the
+  // others saves seq-1 rows of the vocabulary projection.
+  if (!all_logits && host.seq > 1) x = g.take_last_row(x, "last_row");
+  g.mark_output(model.output_logits(g, x));
+  return g;
+}
+
+// ---- D1 ----
+
+absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& model, KvCache& kv,
+                                                           absl::Span<const int32_t> tokens, bool all_logits,
+                                                           Executor& executor) {
+  if (auto s = ValidateTokens(model, tokens); !s.ok()) return s;
+  if (auto s = kv.CheckWrite(static_cast<int32_t>(tokens.size())); !s.ok()) return s;
+  DecodeTokenHost host;
+  if (auto s = compute_decode_token_host(model.mask_plan(), model.rope_plan(), tokens, kv.write_offset(), &host);
+      !s.ok()) {
+    return s;
+  }
+  Graph g = build_decode_graph(model, host, DataMode::kBaked, all_logits);
+  auto plan = Optimize(g);
+  if (!plan.ok()) return plan.status();
+  PlanResources res;
+  res.kv = &kv;
+  auto compiled = model.backend().Compile(std::move(g), *std::move(plan), res);
+  if (!compiled.ok()) return compiled.status();
+  SymEnv env{.kv_pos = kv.write_offset()};
+  if (auto s = (*compiled)->Run(executor, env); !s.ok()) return s;
+  kv.Commit(static_cast<int32_t>(tokens.size()));
+  auto out = (*compiled)->output(0);
+  return std::vector<float>(out.begin(), out.end());
+}
+
+// ---- D2 ----
+
+PlanKey decode_plan_key(const DecodeModel& model, const KvCache& kv) {
+  return PlanKey{
+      .family = model.family(),
+      .structural_hash = model.structural_hash(),
+      .n_mask_variants = model.mask_plan().n_variants(),
+      .n_rope_variants = model.rope_plan().n_variants(),
+      .offset_path = model.kv_offset_path(),
+      .weights_instance = model.weights().instance_id(),
+      .kv_allocation = kv.allocation_id(),
+  };
+}
+
+void upload_decode_token_data(Backend& backend, const DecodeTokenHost& host, DecodeSession& session) {
+  auto up = [&](DataSlot slot, const void* src, size_t bytes) {
+    DeviceBuffer* b = session.buffers[static_cast<size_t>(slot)].get();
+    if (b != nullptr) backend.Upload(*b, src, bytes);
+  };
+  up(DataSlot::kTokenIds, host.token_ids.data(), host.token_ids.size() * sizeof(int32_t));
+  up(DataSlot::kRopeCos, host.rope_cos.data(), host.rope_cos.size() * sizeof(float));
+  up(DataSlot::kRopeSin, host.rope_sin.data(), host.rope_sin.size() * sizeof(float));
+  up(DataSlot::kMask, host.mask.data(), host.mask.size() * sizeof(int32_t));
+  up(DataSlot::kKvOffset, &host.kv_offset, sizeof(int32_t));
+  session.env.kv_pos = host.kv_offset;
+}
+
+void drop_decode_session(DecodeSession& session) {
+  if (session.bound_nodes != 0) counters::AddBoundNodes(-session.bound_nodes);
+  session.bound_nodes = 0;
+  session.plan.reset();
+  for (auto& b : session.buffers) b.reset();
+  session.key = PlanKey{};
+}
+
+DecodeSession::~DecodeSession() { drop_decode_session(*this); }
+
+absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(const DecodeModel& model, KvCache& kv,
+                                                                             DecodeSession& session, int32_t token,
+                                                                             Executor& executor) {
+  const int32_t tokens[1] = {token};
+  if (auto s = ValidateTokens(model, tokens); !s.ok()) return s;
+  if (auto s = kv.CheckWrite(1); !s.ok()) return s;
+  drop_decode_session(session);
+  if (auto s = compute_decode_token_host(model.mask_plan(), model.rope_plan(), tokens, kv.write_offset(),
+                                         &session.host);
+      !s.ok()) {
+    return s;
+  }
+  Graph g = build_decode_graph(model, session.host, DataMode::kRebindable, /*all_logits=*/false);
+
+  Backend& backend = model.backend();
+  PlanResources res;
+  res.kv = &kv;
+  int64_t bound = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op != Op::kInput) continue;
+    const auto slot = static_cast<size_t>(n.input_slot);
+    auto buf = backend.Allocate(SlotBytes(static_cast<DataSlot>(n.input_slot), model));
+    if (!buf.ok()) return buf.status();
+    session.buffers[slot] = *std::move(buf);
+    res.inputs[slot] = session.buffers[slot].get();
+    ++bound;
+  }
+  auto plan = Optimize(g);
+  if (!plan.ok()) return plan.status();
+  auto compiled = backend.Compile(std::move(g), *std::move(plan), res);
+  if (!compiled.ok()) return compiled.status();
+  session.plan = *std::move(compiled);
+  session.key = decode_plan_key(model, kv);
+  session.bound_nodes = bound;
+  counters::AddBoundNodes(bound);
+
+  upload_decode_token_data(backend, session.host, session);
+  if (auto s = session.plan->Run(executor, session.env); !s.ok()) return s;
+  kv.Commit(1);
+  return session.plan->output(0);
+}
+
+absl::StatusOr<absl::Span<const float>> rebind_and_realize_prebuilt(const DecodeModel& model, KvCache& kv,
+                                                                    DecodeSession& session, int32_t token,
+                                                                    Executor& executor) {
+  if (!session.held()) return absl::FailedPreconditionError("decode session holds no plan");
+  if (!(session.key == decode_plan_key(model, kv))) {
+    return absl::FailedPreconditionError("held plan was built for another model or KV cache");
+  }
+  const int32_t tokens[1] = {token};
+  if (auto s = ValidateTokens(model, tokens); !s.ok()) return s;
+  if (auto s = kv.CheckWrite(1); !s.ok()) return s;
+  if (auto s = compute_decode_token_host(model.mask_plan(), model.rope_plan(), tokens, kv.write_offset(),
+                                         &session.host);
+      !s.ok()) {
+    return s;
+  }
+  upload_decode_token_data(model.backend(), session.host, session);
+  if (auto s = session.plan->Run(executor, session.env); !s.ok()) return s;
+  kv.Commit(1);
+  counters::AddRebind();
+  return session.plan->output(0);
+}
+
+absl::StatusOr<absl::Span<const float>> forward_with_kv_context_persistent(const DecodeModel& model, KvCache& kv,
+                                                                           DecodeSession& session, int32_t token,
+                                                                           Executor& executor) {
+  if (session.held() && session.key == decode_plan_key(model, kv)) {
+    return rebind_and_realize_prebuilt(model, kv, session, token, executor);
+  }
+  if (session.held()) counters::AddHeldPlanRebuild();
+  return build_and_realize_first_decode_token(model, kv, session, token, executor);
+}
+
+}  // namespace decoded

@@ -1,0 +1,67 @@
+#include "engine/decode_plans.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace decoded {
+
+absl::StatusOr<MaskPlan> MaskPlan::Create(absl::Span<const int32_t> window_per_layer) {
+  if (window_per_layer.empty()) return absl::InvalidArgumentError("MaskPlan: no layers");
+  MaskPlan plan;
+  for (size_t il = 0; il < window_per_layer.size(); ++il) {
+    const int32_t w = window_per_layer[il];
+    if (w < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("MaskPlan: layer ", il, " has a negative window ", w));
+    }
+    int32_t v = -1;
+    for (size_t k = 0; k < plan.windows_.size(); ++k) {
+      if (plan.windows_[k] == w) v = static_cast<int32_t>(k);
+    }
+    if (v < 0) {
+      v = static_cast<int32_t>(plan.windows_.size());
+      plan.windows_.push_back(w);
+    }
+    plan.layer_variant_.push_back(v);
+  }
+  return plan;
+}
+
+absl::StatusOr<RopePlan> RopePlan::Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim) {
+  if (per_layer.empty()) return absl::InvalidArgumentError("RopePlan: no layers");
+  if (head_dim <= 0 || head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("RopePlan: head_dim ", head_dim, " must be positive and even"));
+  }
+  RopePlan plan;
+  plan.head_dim_ = head_dim;
+  for (size_t il = 0; il < per_layer.size(); ++il) {
+    const RopeLayer& r = per_layer[il];
+    if (!r.enabled) {
+      plan.layer_variant_.push_back(-1);
+      continue;
+    }
+    if (!(r.base > 0.0) || !(r.freq_scale > 0.0) || !std::isfinite(r.base) || !std::isfinite(r.freq_scale)) {
+      return absl::InvalidArgumentError(absl::StrCat("RopePlan: layer ", il, " has base ", r.base,
+                                                     " and freq_scale ", r.freq_scale, "; both must be positive"));
+    }
+    int32_t v = -1;
+    for (size_t k = 0; k < plan.variants_.size(); ++k) {
+      if (plan.variants_[k].base == r.base && plan.variants_[k].freq_scale == r.freq_scale) v = static_cast<int32_t>(k);
+    }
+    if (v < 0) {
+      v = static_cast<int32_t>(plan.variants_.size());
+      plan.variants_.push_back(r);
+      // float32 as in HF's default RoPE init: 1 / base^(arange(0, d, 2) / d).
+      std::vector<float> inv(static_cast<size_t>(head_dim / 2));
+      for (int32_t i = 0; i < head_dim / 2; ++i) {
+        const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+        inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(r.base), expo);
+      }
+      plan.inv_freq_.push_back(std::move(inv));
+    }
+    plan.layer_variant_.push_back(v);
+  }
+  return plan;
+}
+
+}  // namespace decoded

@@ -1,0 +1,77 @@
+// Model-scalar geometry and per-layer variation of a decode step.
+//
+// MaskPlan and RopePlan are the two per-layer axes the seed names: which
+// attention window a layer uses (Gemma 3: 5 local sliding-window layers per
+// global layer; Qwen2: max_window_layers) and which RoPE base it rotates with
+// (Gemma 3: local 10k, global 1M). Each collapses layers that agree into one
+// *variant*, so a uniform model carries one mask and one RoPE table per step.
+// Both are validated at construction and name the offending layer.
+#ifndef DECODED_ENGINE_DECODE_PLANS_H_
+#define DECODED_ENGINE_DECODE_PLANS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace decoded {
+
+// The scalar geometry the shared build path needs from a family.
+struct DecodeDims {
+  int32_t n_layers = 0;
+  int32_t hidden = 0;      // residual stream width
+  int32_t n_heads = 0;     // query heads
+  int32_t n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
+  int32_t head_dim = 0;
+  int32_t vocab = 0;
+};
+
+class MaskPlan {
+ public:
+  // window[il] == 0: layer il attends to every earlier position (global);
+  // window[il] == w > 0: query at position p sees keys j with p - w < j <= p.
+  // INVALID_ARGUMENT naming the layer for a negative window or an empty list.
+  static absl::StatusOr<MaskPlan> Create(absl::Span<const int32_t> window_per_layer);
+
+  int32_t n_variants() const { return static_cast<int32_t>(windows_.size()); }
+  int32_t variant_of(int32_t layer) const { return layer_variant_[static_cast<size_t>(layer)]; }
+  int32_t window(int32_t variant) const { return windows_[static_cast<size_t>(variant)]; }
+  int32_t n_layers() const { return static_cast<int32_t>(layer_variant_.size()); }
+
+ private:
+  std::vector<int32_t> windows_;        // per variant
+  std::vector<int32_t> layer_variant_;  // per layer
+};
+
+struct RopeLayer {
+  bool enabled = true;      // false: a NoPE layer (no rotation)
+  double base = 10000.0;    // theta base
+  double freq_scale = 1.0;  // linear position scaling: angle uses pos * freq_scale
+};
+
+class RopePlan {
+ public:
+  // INVALID_ARGUMENT naming the layer for a non-positive base or scale, or an
+  // odd head_dim.
+  static absl::StatusOr<RopePlan> Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim);
+
+  // Distinct enabled variants (0 if every layer is NoPE).
+  int32_t n_variants() const { return static_cast<int32_t>(variants_.size()); }
+  // -1 for a NoPE layer.
+  int32_t variant_of(int32_t layer) const { return layer_variant_[static_cast<size_t>(layer)]; }
+  const RopeLayer& variant(int32_t v) const { return variants_[static_cast<size_t>(v)]; }
+  int32_t head_dim() const { return head_dim_; }
+  // inv_freq[i] = 1 / base^(2i / head_dim), i < head_dim / 2, for variant v.
+  const std::vector<float>& inv_freq(int32_t v) const { return inv_freq_[static_cast<size_t>(v)]; }
+
+ private:
+  int32_t head_dim_ = 0;
+  std::vector<RopeLayer> variants_;
+  std::vector<int32_t> layer_variant_;
+  std::vector<std::vector<float>> inv_freq_;
+};
+
+}  // namespace decoded
+
+#endif  // DECODED_ENGINE_DECODE_PLANS_H_

@@ -1,0 +1,52 @@
+#include "engine/decode_token_host.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace decoded {
+
+void build_decode_mask_variants(const MaskPlan& mask_plan, int32_t seq, int32_t pos0, int32_t* out) {
+  for (int32_t v = 0; v < mask_plan.n_variants(); ++v) {
+    const int32_t w = mask_plan.window(v);
+    for (int32_t i = 0; i < seq; ++i) {
+      const int32_t p = pos0 + i;
+      int32_t* row = out + (static_cast<int64_t>(v) * seq + i) * 2;
+      row[0] = w > 0 ? std::max(0, p - w + 1) : 0;
+      row[1] = p + 1;
+    }
+  }
+}
+
+absl::Status compute_decode_token_host(const MaskPlan& mask_plan, const RopePlan& rope_plan,
+                                       absl::Span<const int32_t> tokens, int32_t pos0, DecodeTokenHost* host) {
+  if (tokens.empty()) return absl::InvalidArgumentError("a step needs at least one token");
+  const int32_t seq = static_cast<int32_t>(tokens.size());
+  const int32_t half = rope_plan.head_dim() / 2;
+  host->seq = seq;
+  host->pos0 = pos0;
+  host->kv_offset = pos0;
+  host->token_ids.assign(tokens.begin(), tokens.end());
+
+  const size_t rope_n = static_cast<size_t>(std::max(rope_plan.n_variants(), 1)) * seq * half;
+  host->rope_cos.resize(rope_n);
+  host->rope_sin.resize(rope_n);
+  for (int32_t v = 0; v < rope_plan.n_variants(); ++v) {
+    const std::vector<float>& inv = rope_plan.inv_freq(v);
+    const float scale = static_cast<float>(rope_plan.variant(v).freq_scale);
+    for (int32_t i = 0; i < seq; ++i) {
+      const float pos = static_cast<float>(pos0 + i) * scale;
+      float* c = host->rope_cos.data() + (static_cast<size_t>(v) * seq + i) * half;
+      float* s = host->rope_sin.data() + (static_cast<size_t>(v) * seq + i) * half;
+      for (int32_t d = 0; d < half; ++d) {
+        const float angle = pos * inv[static_cast<size_t>(d)];
+        c[d] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        s[d] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+    }
+  }
+  host->mask.resize(static_cast<size_t>(mask_plan.n_variants()) * seq * 2);
+  build_decode_mask_variants(mask_plan, seq, pos0, host->mask.data());
+  return absl::OkStatus();
+}
+
+}  // namespace decoded

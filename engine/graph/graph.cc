@@ -1,0 +1,161 @@
+#include "engine/graph/graph.h"
+
+#include <utility>
+
+namespace decoded {
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kWeight: return "weight";
+    case Op::kInput: return "input";
+    case Op::kConst: return "const";
+    case Op::kGetRows: return "get_rows";
+    case Op::kRmsNorm: return "rms_norm";
+    case Op::kQuantize: return "quantize";
+    case Op::kMatMul: return "matmul";
+    case Op::kAdd: return "add";
+    case Op::kScale: return "scale";
+    case Op::kGeluMul: return "gelu_mul";
+    case Op::kSoftcap: return "softcap";
+    case Op::kTakeLastRow: return "take_last_row";
+    case Op::kRope: return "rope";
+    case Op::kKvWrite: return "kv_write";
+    case Op::kAttention: return "attention";
+  }
+  return "?";
+}
+
+size_t Node::bytes() const {
+  if (op == Op::kWeight) return weight ? weight->row_bytes * static_cast<size_t>(weight->rows) : 0;
+  if (op == Op::kQuantize) return 0;  // sized by the optimizer from the weight type
+  auto rb = RowBytes(dtype, cols);
+  return rb ? *rb * static_cast<size_t>(rows) : 0;
+}
+
+NodeId Graph::push(Node n) {
+  nodes_.push_back(std::move(n));
+  return static_cast<NodeId>(nodes_.size() - 1);
+}
+
+NodeId Graph::weight(const WeightTensor& w) {
+  Node n{.op = Op::kWeight};
+  n.dtype = w.type;
+  n.rows = w.rows;
+  n.cols = w.cols;
+  n.name = w.name;
+  n.weight = &w;
+  return push(std::move(n));
+}
+
+NodeId Graph::input(DataSlot slot, DType dtype, int64_t rows, int64_t cols, std::string name) {
+  Node n{.op = Op::kInput};
+  n.dtype = dtype;
+  n.rows = rows;
+  n.cols = cols;
+  n.input_slot = static_cast<int32_t>(slot);
+  n.name = std::move(name);
+  return push(std::move(n));
+}
+
+NodeId Graph::constant(DType dtype, int64_t rows, int64_t cols, std::vector<uint8_t> bytes,
+                       std::string name) {
+  Node n{.op = Op::kConst};
+  n.dtype = dtype;
+  n.rows = rows;
+  n.cols = cols;
+  n.const_bytes = std::move(bytes);
+  n.name = std::move(name);
+  return push(std::move(n));
+}
+
+namespace {
+Node F32Node(Op op, int64_t rows, int64_t cols, std::vector<NodeId> src, std::string name) {
+  Node n{.op = op};
+  n.rows = rows;
+  n.cols = cols;
+  n.src = std::move(src);
+  n.name = std::move(name);
+  return n;
+}
+}  // namespace
+
+NodeId Graph::get_rows(NodeId table, NodeId ids, std::string name) {
+  return push(F32Node(Op::kGetRows, node(ids).cols, node(table).cols, {table, ids}, std::move(name)));
+}
+
+NodeId Graph::rms_norm(NodeId x, NodeId w, float eps, std::string name) {
+  Node n = F32Node(Op::kRmsNorm, node(x).rows, node(x).cols, {x, w}, std::move(name));
+  n.f0 = eps;
+  return push(std::move(n));
+}
+
+NodeId Graph::matmul(NodeId w, NodeId x, std::string name) {
+  Node q = F32Node(Op::kQuantize, node(x).rows, node(x).cols, {x}, name + ".act");
+  q.act_for = node(w).dtype;
+  const NodeId xq = push(std::move(q));
+  return push(F32Node(Op::kMatMul, node(x).rows, node(w).rows, {w, xq}, std::move(name)));
+}
+
+NodeId Graph::add(NodeId a, NodeId b, std::string name) {
+  return push(F32Node(Op::kAdd, node(a).rows, node(a).cols, {a, b}, std::move(name)));
+}
+
+NodeId Graph::scale(NodeId x, float s, std::string name) {
+  Node n = F32Node(Op::kScale, node(x).rows, node(x).cols, {x}, std::move(name));
+  n.f0 = s;
+  return push(std::move(n));
+}
+
+NodeId Graph::gelu_mul(NodeId gate, NodeId up, std::string name) {
+  return push(F32Node(Op::kGeluMul, node(gate).rows, node(gate).cols, {gate, up}, std::move(name)));
+}
+
+NodeId Graph::softcap(NodeId x, float cap, std::string name) {
+  Node n = F32Node(Op::kSoftcap, node(x).rows, node(x).cols, {x}, std::move(name));
+  n.f0 = cap;
+  return push(std::move(n));
+}
+
+NodeId Graph::take_last_row(NodeId x, std::string name) {
+  return push(F32Node(Op::kTakeLastRow, 1, node(x).cols, {x}, std::move(name)));
+}
+
+NodeId Graph::rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
+                   int32_t head_dim, std::string name) {
+  Node n = F32Node(Op::kRope, node(x).rows, node(x).cols, {x, cos, sin}, std::move(name));
+  n.i0 = n_heads;
+  n.i1 = head_dim;
+  n.i2 = variant;
+  return push(std::move(n));
+}
+
+NodeId Graph::kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
+                       KvOffsetPath path, NodeId offset, std::string name) {
+  std::vector<NodeId> src = {x};
+  if (path == KvOffsetPath::kDeviceOffset) src.push_back(offset);
+  Node n = F32Node(Op::kKvWrite, 0, 0, std::move(src), std::move(name));
+  n.i0 = layer;
+  n.i1 = is_v ? 1 : 0;
+  n.i2 = n_kv_heads;
+  n.i3 = head_dim;
+  n.offset_path = path;
+  return push(std::move(n));
+}
+
+NodeId Graph::attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer,
+                        int32_t variant, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+                        float scale, float softcap, std::string name) {
+  Node n = F32Node(Op::kAttention, node(q).rows, static_cast<int64_t>(n_heads) * head_dim,
+                   {q, mask, kwrite, vwrite}, std::move(name));
+  n.f0 = scale;
+  n.f1 = softcap;
+  n.i0 = layer;
+  n.i1 = variant;
+  n.i2 = n_heads;
+  n.i3 = n_kv_heads;
+  return push(std::move(n));
+}
+
+void Graph::mark_output(NodeId id) { outputs_.push_back(id); }
+
+}  // namespace decoded

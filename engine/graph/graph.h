@@ -1,0 +1,169 @@
+// The graph IR of one forward step (a prefill chunk or one decode token).
+//
+// A Graph is a topologically ordered list of nodes; every non-weight node
+// produces one row-major 2-D tensor [rows, cols] (f32 unless noted). Model
+// families describe their layers with the builder methods below; the decode
+// driver (engine/decode_driver.h) adds the per-token data nodes, the layer
+// loop and the output; the optimizer (optimizer.h) prunes and plans memory;
+// a backend (engine/backend.h) compiles the result into an executable plan.
+//
+// Per-token data enters a graph in one of two ways (seed: "two data modes"):
+//   kInput  a re-bindable data node: its bytes live in a buffer owned by the
+//           decode session and are rewritten before each step (D2);
+//   kConst  the same bytes baked into the graph (D1, the oracle).
+// Both feed the same kernels, so D1 and D2 produce byte-identical results.
+//
+// Node names follow GGUF tensor names (`blk.{il}.attn_q`) so D1/D2 dumps and
+// debug output line up.
+#ifndef DECODED_ENGINE_GRAPH_GRAPH_H_
+#define DECODED_ENGINE_GRAPH_GRAPH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/dtype.h"
+
+namespace decoded {
+
+using NodeId = int32_t;
+inline constexpr NodeId kNoNode = -1;
+
+// A model weight, viewed in place (never copied): `rows` rows of `cols`
+// elements of `type`, row r at data + r * row_bytes. GGUF ne[0] = cols.
+struct WeightTensor {
+  std::string name;
+  DType type = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t row_bytes = 0;
+  const uint8_t* data = nullptr;
+};
+
+enum class Op : uint8_t {
+  kWeight,       // a WeightTensor
+  kInput,        // re-bindable per-token data (D2); bytes in a session buffer
+  kConst,        // per-token data baked into the graph (D1)
+  kGetRows,      // out[i] = dequant(table[ids[i]])       src: table(weight), ids(i32 [1, n])
+  kRmsNorm,      // out = x * rsqrt(mean(x^2) + eps) * w  per group of w.cols  src: x, w
+  kQuantize,     // x converted to the activation type of weight type `act_for`  src: x
+  kMatMul,       // out[i, r] = dot(W[r], xq[i])          src: W(weight), xq(kQuantize)
+  kAdd,          // out = a + b                           src: a, b (same shape)
+  kScale,        // out = x * f0                          src: x
+  kGeluMul,      // out = gelu_tanh(a) * b                src: a, b
+  kSoftcap,      // out = f0 * tanh(x / f0)               src: x
+  kTakeLastRow,  // out[0] = x[rows - 1]                  src: x
+  kRope,         // rotary embedding, NeoX (rotate-half) pairing; src: x, cos, sin
+  kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
+  kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite, vwrite
+};
+
+const char* OpName(Op op);
+
+// Where a KV write takes its row offset from (seed: the two KV-write offset paths).
+enum class KvOffsetPath : uint8_t {
+  kDeviceOffset,  // an i32 [1,1] data node read by the kernel at launch (capture-safe)
+  kSymbol,        // the host symbol SymEnv::kv_pos, bound per step
+};
+
+struct Node {
+  Op op;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<NodeId> src;
+  std::string name;
+
+  // Op attributes (meaning per op, documented at the builder method).
+  float f0 = 0.0f;
+  float f1 = 0.0f;
+  int32_t i0 = 0;
+  int32_t i1 = 0;
+  int32_t i2 = 0;
+  int32_t i3 = 0;
+  DType act_for = DType::kF32;        // kQuantize: weight type whose activation type to produce
+  KvOffsetPath offset_path = KvOffsetPath::kDeviceOffset;  // kKvWrite
+
+  const WeightTensor* weight = nullptr;  // kWeight
+  int32_t input_slot = -1;               // kInput: index into the session's bindings
+  std::vector<uint8_t> const_bytes;      // kConst
+
+  size_t bytes() const;  // output size
+};
+
+// Identifies a per-token data slot of a decode step.
+enum class DataSlot : int32_t {
+  kTokenIds = 0,   // i32 [1, seq]
+  kRopeCos = 1,    // f32 [n_rope_variants * seq, head_dim / 2]
+  kRopeSin = 2,    // f32 [n_rope_variants * seq, head_dim / 2]
+  kMask = 3,       // i32 [n_mask_variants * seq, 2]: visible key range [lo, hi) per query row
+  kKvOffset = 4,   // i32 [1, 1]: first KV row this step writes (device-offset path only)
+  kCount = 5,
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
+
+  // ---- leaves ----
+  NodeId weight(const WeightTensor& w);
+  // A re-bindable data node for `slot`, shape [rows, cols] of `dtype`.
+  NodeId input(DataSlot slot, DType dtype, int64_t rows, int64_t cols, std::string name);
+  // Baked data; `bytes` must hold rows * cols elements of `dtype`.
+  NodeId constant(DType dtype, int64_t rows, int64_t cols, std::vector<uint8_t> bytes, std::string name);
+
+  // ---- ops (all produce f32 [rows, cols] unless stated) ----
+  // [n, table.cols]; ids is i32 [1, n].
+  NodeId get_rows(NodeId table, NodeId ids, std::string name);
+  // x [r, c]; w f32 weight [1, g] with c % g == 0: every group of g elements is
+  // normalized on its own (g == c: whole rows; g == head_dim: per-head q/k norm).
+  NodeId rms_norm(NodeId x, NodeId w, float eps, std::string name);
+  // x [m, k] times weight W [n, k]^T -> [m, n]. Inserts the activation
+  // conversion node (shared by matmuls of the same input, see optimizer).
+  NodeId matmul(NodeId w, NodeId x, std::string name);
+  NodeId add(NodeId a, NodeId b, std::string name);
+  NodeId scale(NodeId x, float s, std::string name);
+  NodeId gelu_mul(NodeId gate, NodeId up, std::string name);
+  NodeId softcap(NodeId x, float cap, std::string name);
+  NodeId take_last_row(NodeId x, std::string name);
+  // x [seq, n_heads * head_dim]; cos/sin [n_variants * seq, head_dim / 2];
+  // uses rows [variant * seq, (variant + 1) * seq). i0 = n_heads, i1 = head_dim, i2 = variant.
+  NodeId rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
+              int32_t head_dim, std::string name);
+  // Writes x [seq, n_kv_heads * head_dim] into layer `layer`'s K (is_v = false)
+  // or V cache rows [offset, offset + seq). `offset` is the i32 data node for
+  // the device-offset path, kNoNode for the symbol path.
+  // i0 = layer, i1 = is_v, i2 = n_kv_heads, i3 = head_dim. Output: [0, 0] (an effect).
+  NodeId kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
+                  KvOffsetPath path, NodeId offset, std::string name);
+  // q [seq, n_heads * head_dim] against layer `layer`'s cache rows named by
+  // mask rows [variant * seq, (variant + 1) * seq). Reads after kwrite/vwrite.
+  // f0 = scale, f1 = softcap (0 = none), i0 = layer, i1 = variant,
+  // i2 = n_heads, i3 = n_kv_heads (GQA: head h reads kv head h / (n_heads / n_kv_heads)).
+  NodeId attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer,
+                   int32_t variant, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+                   float scale, float softcap, std::string name);
+
+  void mark_output(NodeId id);
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& mutable_nodes() { return nodes_; }
+  const Node& node(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
+  const std::vector<NodeId>& outputs() const { return outputs_; }
+  std::vector<NodeId>& mutable_outputs() { return outputs_; }
+
+ private:
+  NodeId push(Node n);
+  std::vector<Node> nodes_;
+  std::vector<NodeId> outputs_;
+};
+
+}  // namespace decoded
+
+#endif  // DECODED_ENGINE_GRAPH_GRAPH_H_

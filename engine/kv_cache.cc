@@ -1,0 +1,71 @@
+#include "engine/kv_cache.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "engine/engine_counters.h"
+
+namespace decoded {
+namespace {
+std::atomic<uint64_t> g_next_allocation_id{1};
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(Backend& backend, int32_t n_layers,
+                                                         int32_t n_kv_heads, int32_t head_dim,
+                                                         int32_t capacity) {
+  if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || capacity <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache geometry must be positive: layers=", n_layers,
+                                                   " kv_heads=", n_kv_heads, " head_dim=", head_dim,
+                                                   " capacity=", capacity));
+  }
+  std::unique_ptr<KvCache> kv(new KvCache());
+  kv->n_layers_ = n_layers;
+  kv->n_kv_heads_ = n_kv_heads;
+  kv->head_dim_ = head_dim;
+  kv->capacity_ = capacity;
+  kv->allocation_id_ = g_next_allocation_id.fetch_add(1);
+  kv->versions_.assign(static_cast<size_t>(n_layers), 0);
+  const size_t per = static_cast<size_t>(n_kv_heads) * static_cast<size_t>(capacity) *
+                     static_cast<size_t>(head_dim) * sizeof(float);
+  for (int32_t l = 0; l < n_layers; ++l) {
+    auto k = backend.Allocate(per);
+    if (!k.ok()) return k.status();
+    auto v = backend.Allocate(per);
+    if (!v.ok()) return v.status();
+    kv->k_.push_back(*std::move(k));
+    kv->v_.push_back(*std::move(v));
+  }
+  counters::AddKvBytes(kv->bytes());
+  return kv;
+}
+
+KvCache::~KvCache() {
+  if (!k_.empty()) counters::AddKvBytes(-bytes());
+}
+
+int64_t KvCache::bytes() const {
+  return 2LL * n_layers_ * n_kv_heads_ * head_dim_ * static_cast<int64_t>(capacity_) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+float* KvCache::k(int32_t layer) { return static_cast<float*>(k_[static_cast<size_t>(layer)]->data()); }
+float* KvCache::v(int32_t layer) { return static_cast<float*>(v_[static_cast<size_t>(layer)]->data()); }
+
+absl::Status KvCache::CheckWrite(int32_t n_tokens) const {
+  if (n_tokens < 0 || static_cast<int64_t>(cached_len_) + n_tokens > capacity_) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", cached_len_, " cached + ", n_tokens,
+                                                     " new tokens exceed the capacity of ", capacity_));
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::Commit(int32_t n_tokens) {
+  cached_len_ += n_tokens;
+  for (auto& v : versions_) ++v;
+}
+
+void KvCache::Truncate(int32_t len) {
+  if (len >= 0 && len < cached_len_) cached_len_ = len;
+}
+
+}  // namespace decoded

@@ -1,0 +1,71 @@
+// The KV cache of one decode session.
+//
+// Layout per layer (f32): K and V each [n_kv_heads, capacity, head_dim],
+// row `pos` of head h at ((h * capacity) + pos) * head_dim. Capacity is fixed
+// at creation; bytes = 2 * n_layers * n_kv_heads * head_dim * capacity * 4.
+//
+// Identity: allocation_id() is drawn from a process-wide counter that never
+// repeats, so a held decode plan can tell "the cache I was bound to" from
+// "another cache of the same geometry" (a plan must never run over a cache it
+// was not bound to). layer_version(l) counts the writes into layer l.
+//
+// Not thread-safe: owned and used by one session at a time.
+#ifndef DECODED_ENGINE_KV_CACHE_H_
+#define DECODED_ENGINE_KV_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+
+namespace decoded {
+
+class KvCache {
+ public:
+  // INVALID_ARGUMENT for non-positive geometry; RESOURCE_EXHAUSTED if the
+  // backend cannot allocate it.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(Backend& backend, int32_t n_layers,
+                                                         int32_t n_kv_heads, int32_t head_dim,
+                                                         int32_t capacity);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  int32_t n_layers() const { return n_layers_; }
+  int32_t n_kv_heads() const { return n_kv_heads_; }
+  int32_t head_dim() const { return head_dim_; }
+  int32_t capacity() const { return capacity_; }
+  int32_t cached_len() const { return cached_len_; }
+  uint64_t allocation_id() const { return allocation_id_; }
+  uint64_t layer_version(int32_t layer) const { return versions_[static_cast<size_t>(layer)]; }
+  int64_t bytes() const;
+
+  float* k(int32_t layer);
+  float* v(int32_t layer);
+
+  // OK if `n_tokens` more rows fit after cached_len(); RESOURCE_EXHAUSTED
+  // (with the numbers) otherwise. Every step calls this before running.
+  absl::Status CheckWrite(int32_t n_tokens) const;
+  // The write offset of the next step (the KV cache fills its own offset).
+  int32_t write_offset() const { return cached_len_; }
+  // Records that a step wrote `n_tokens` rows at write_offset().
+  void Commit(int32_t n_tokens);
+  // Forgets everything past `len` (<= cached_len()); the rows are simply
+  // overwritten by later steps.
+  void Truncate(int32_t len);
+
+ private:
+  KvCache() = default;
+  int32_t n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
+  int32_t cached_len_ = 0;
+  uint64_t allocation_id_ = 0;
+  std::vector<uint64_t> versions_;
+  std::vector<std::unique_ptr<DeviceBuffer>> k_, v_;
+};
+
+}  // namespace decoded
+
+#endif  // DECODED_ENGINE_KV_CACHE_H_

@@ -1,0 +1,136 @@
+// Model loading and the per-session DecodeContext over the shared driver.
+#include "engine/runtime.h"
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/decode_driver.h"
+#include "engine/engine_counters.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/kv_cache.h"
+#include "engine/model_registry.h"
+#include "engine/weights.h"
+
+namespace decoded {
+namespace {
+
+class ModelImpl;
+
+class ContextImpl final : public DecodeContext {
+ public:
+  ContextImpl(std::shared_ptr<const ModelImpl> model, std::unique_ptr<KvCache> kv);
+  ~ContextImpl() override { counters::AddLiveContexts(-1); }
+
+  int32_t cached_len() const override { return kv_->cached_len(); }
+  int32_t capacity() const override { return kv_->capacity(); }
+  absl::StatusOr<absl::Span<const float>> Prefill(absl::Span<const int32_t> tokens, bool all_logits,
+                                                  Executor& executor) override;
+  absl::StatusOr<absl::Span<const float>> Decode(int32_t token, Executor& executor) override;
+  int64_t kv_bytes() const override { return kv_->bytes(); }
+  int64_t bound_nodes() const override { return session_.bound_nodes; }
+
+ private:
+  std::shared_ptr<const ModelImpl> model_;
+  std::unique_ptr<KvCache> kv_;
+  DecodeSession session_;
+  std::vector<float> prefill_logits_;
+};
+
+class ModelImpl final : public Model, public std::enable_shared_from_this<ModelImpl> {
+ public:
+  ModelImpl(std::shared_ptr<const Weights> weights, std::unique_ptr<DecodeModel> family,
+            std::unique_ptr<Tokenizer> tokenizer, ModelInfo info)
+      : weights_(std::move(weights)), family_(std::move(family)), tokenizer_(std::move(tokenizer)),
+        info_(std::move(info)) {}
+
+  const ModelInfo& info() const override { return info_; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  const DecodeModel& family() const { return *family_; }
+
+  absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const override {
+    if (max_seq_len < 1 || max_seq_len > info_.context_length) {
+      return absl::InvalidArgumentError(absl::StrCat("context length ", max_seq_len, " must be in [1, ",
+                                                     info_.context_length, "]"));
+    }
+    const DecodeDims& d = family_->dims();
+    auto kv = KvCache::Create(family_->backend(), d.n_layers, d.n_kv_heads, d.head_dim, max_seq_len);
+    if (!kv.ok()) return kv.status();
+    return std::unique_ptr<DecodeContext>(new ContextImpl(shared_from_this(), *std::move(kv)));
+  }
+
+ private:
+  std::shared_ptr<const Weights> weights_;
+  std::unique_ptr<DecodeModel> family_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelInfo info_;
+};
+
+ContextImpl::ContextImpl(std::shared_ptr<const ModelImpl> model, std::unique_ptr<KvCache> kv)
+    : model_(std::move(model)), kv_(std::move(kv)) {
+  counters::AddLiveContexts(1);
+}
+
+absl::StatusOr<absl::Span<const float>> ContextImpl::Prefill(absl::Span<const int32_t> tokens, bool all_logits,
+                                                             Executor& executor) {
+  if (tokens.empty() || static_cast<int32_t>(tokens.size()) > kMaxPrefillChunk) {
+    return absl::InvalidArgumentError(absl::StrCat("a prefill chunk holds 1..", kMaxPrefillChunk, " tokens, got ",
+                                                   tokens.size()));
+  }
+  auto logits = forward_with_kv_context(model_->family(), *kv_, tokens, all_logits, executor);
+  if (!logits.ok()) return logits.status();
+  prefill_logits_ = *std::move(logits);
+  return absl::MakeConstSpan(prefill_logits_);
+}
+
+absl::StatusOr<absl::Span<const float>> ContextImpl::Decode(int32_t token, Executor& executor) {
+  return forward_with_kv_context_persistent(model_->family(), *kv_, session_, token, executor);
+}
+
+std::string DominantWeightType(const GgufFile& file) {
+  std::map<std::string, uint64_t> bytes;
+  for (const GgufTensorInfo& t : file.tensors()) bytes[std::string(DTypeName(t.type))] += t.nbytes;
+  std::string best;
+  uint64_t most = 0;
+  for (const auto& [name, n] : bytes) {
+    if (n > most) {
+      most = n;
+      best = name;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf_path) {
+  auto file = GgufFile::Open(gguf_path);
+  if (!file.ok()) return file.status();
+  std::shared_ptr<const GgufFile> shared_file(std::move(*file));
+  auto weights = Weights::FromGguf(shared_file);
+  if (!weights.ok()) return weights.status();
+  auto family = CreateFamily(*weights);
+  if (!family.ok()) return family.status();
+  auto tokenizer = Tokenizer::FromGguf(*shared_file);
+  if (!tokenizer.ok()) return tokenizer.status();
+  if ((*tokenizer)->vocab_size() != (*family)->dims().vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("model file: tokenizer has ", (*tokenizer)->vocab_size(),
+                                                   " tokens but the embedding has ", (*family)->dims().vocab, " rows"));
+  }
+  ModelInfo info;
+  info.family = (*family)->family();
+  info.name = shared_file->GetString("general.name").value_or("");
+  info.context_length = (*family)->trained_context_length();
+  info.vocab_size = (*family)->dims().vocab;
+  info.n_layers = (*family)->dims().n_layers;
+  info.hidden_size = (*family)->dims().hidden;
+  const MaskPlan& mp = (*family)->mask_plan();
+  for (int32_t v = 0; v < mp.n_variants(); ++v) info.sliding_window = std::max(info.sliding_window, mp.window(v));
+  info.weight_dtype = DominantWeightType(*shared_file);
+  info.device = std::string((*family)->backend().name());
+  return std::shared_ptr<const Model>(
+      std::make_shared<ModelImpl>(*std::move(weights), *std::move(family), *std::move(tokenizer), std::move(info)));
+}
+
+}  // namespace decoded

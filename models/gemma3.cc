@@ -1,0 +1,253 @@
+// Gemma 3 (text): Gemma Team, "Gemma 3 Technical Report" (2025); layer
+// structure as HF transformers models/gemma3/modeling_gemma3.py; GGUF names
+// and defaults as llama.cpp's gemma3 architecture.
+//
+// Per layer: pre-norm attention with per-head q/k RMSNorm, post-attention
+// norm, pre/post FFN norms around a gated GELU(tanh) FFN. RMSNorm weights are
+// stored in GGUF as (1 + w), so the graph multiplies by them directly.
+// Layer il is global iff (il + 1) % sliding_window_pattern == 0; local layers
+// use a sliding window and the local RoPE base.
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "engine/decode_model.h"
+#include "engine/hparams.h"
+#include "engine/model_registry.h"
+
+namespace decoded {
+namespace {
+
+struct Gemma3Config {
+  DecodeDims dims;
+  int32_t ffn = 0;
+  int32_t context_length = 0;
+  int32_t sliding_window = 0;
+  int32_t sliding_window_pattern = 6;  // llama.cpp's gemma3 default (5 local : 1 global)
+  double rope_base_global = 1e6;
+  double rope_base_local = 1e4;       // llama.cpp's gemma3 default
+  double rope_scale_global = 1.0;     // linear scaling of global layers (HF rope_scaling)
+  double eps = 1e-6;
+  double query_pre_attn_scalar = 0;   // attention scale = 1 / sqrt(this)
+  double attn_softcap = 0;
+  double final_softcap = 0;
+};
+
+struct LayerWeights {
+  const WeightTensor *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm, *post_attn_norm;
+  const WeightTensor *ffn_norm, *gate, *up, *down, *post_ffn_norm;
+};
+
+class Gemma3 final : public DecodeModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeModel>> Create(std::shared_ptr<const Weights> weights,
+                                                             const FamilyOptions& options) {
+    auto m = std::unique_ptr<Gemma3>(new Gemma3());
+    m->weights_ = std::move(weights);
+    m->backend_ = options.backend ? options.backend : &CpuBackend();
+    m->offset_path_ = options.kv_offset_path.value_or(KvOffsetPath::kDeviceOffset);
+    if (auto s = m->ReadConfig(); !s.ok()) return s;
+    if (auto s = m->BindWeights(); !s.ok()) return s;
+    return std::unique_ptr<DecodeModel>(std::move(m));
+  }
+
+  const std::string& family() const override { return family_; }
+  uint64_t structural_hash() const override { return hash_; }
+  const Weights& weights() const override { return *weights_; }
+  Backend& backend() const override { return *backend_; }
+  const DecodeDims& dims() const override { return cfg_.dims; }
+  const MaskPlan& mask_plan() const override { return mask_plan_; }
+  const RopePlan& rope_plan() const override { return rope_plan_; }
+  KvOffsetPath kv_offset_path() const override { return offset_path_; }
+  int32_t trained_context_length() const override { return cfg_.context_length; }
+
+  NodeId embed(Graph& g, NodeId token_ids) const override {
+    const NodeId x = g.get_rows(g.weight(*tok_embd_), token_ids, "inp_embd");
+    // HF scales by sqrt(hidden) cast to the activation dtype (f32 here).
+    return g.scale(x, static_cast<float>(std::sqrt(static_cast<double>(cfg_.dims.hidden))), "inp_scaled");
+  }
+
+  NodeId decode_apply_layer(const DecodeLayerInputs& in) const override {
+    Graph& g = in.graph;
+    const LayerWeights& w = layers_[static_cast<size_t>(in.layer)];
+    const std::string p = absl::StrCat("blk.", in.layer, ".");
+    const float eps = static_cast<float>(cfg_.eps);
+    const DecodeDims& d = cfg_.dims;
+
+    NodeId h = g.rms_norm(in.x, g.weight(*w.attn_norm), eps, p + "attn_norm");
+    NodeId q = g.matmul(g.weight(*w.wq), h, p + "attn_q");
+    NodeId k = g.matmul(g.weight(*w.wk), h, p + "attn_k");
+    NodeId v = g.matmul(g.weight(*w.wv), h, p + "attn_v");
+    q = g.rms_norm(q, g.weight(*w.q_norm), eps, p + "attn_q_norm");
+    k = g.rms_norm(k, g.weight(*w.k_norm), eps, p + "attn_k_norm");
+    q = in.rope(q, d.n_heads, p + "rope_q");
+    k = in.rope(k, d.n_kv_heads, p + "rope_k");
+    const float scale = static_cast<float>(1.0 / std::sqrt(cfg_.query_pre_attn_scalar));
+    NodeId a = in.attention(q, k, v, scale, static_cast<float>(cfg_.attn_softcap));
+    a = g.matmul(g.weight(*w.wo), a, p + "attn_output");
+    a = g.rms_norm(a, g.weight(*w.post_attn_norm), eps, p + "post_attention_norm");
+    const NodeId x = g.add(in.x, a, p + "attn_residual");
+
+    h = g.rms_norm(x, g.weight(*w.ffn_norm), eps, p + "ffn_norm");
+    const NodeId gate = g.matmul(g.weight(*w.gate), h, p + "ffn_gate");
+    const NodeId up = g.matmul(g.weight(*w.up), h, p + "ffn_up");
+    NodeId f = g.matmul(g.weight(*w.down), g.gelu_mul(gate, up, p + "ffn_gelu_mul"), p + "ffn_down");
+    f = g.rms_norm(f, g.weight(*w.post_ffn_norm), eps, p + "post_ffw_norm");
+    return g.add(x, f, p + "ffn_residual");
+  }
+
+  NodeId output_logits(Graph& g, NodeId hidden) const override {
+    const NodeId h = g.rms_norm(hidden, g.weight(*output_norm_), static_cast<float>(cfg_.eps), "output_norm");
+    NodeId logits = g.matmul(g.weight(*output_), h, "output");
+    if (cfg_.final_softcap > 0) logits = g.softcap(logits, static_cast<float>(cfg_.final_softcap), "final_softcap");
+    return logits;
+  }
+
+ private:
+  Gemma3() = default;
+
+  absl::Status ReadConfig() {
+    HParams hp(weights_->file(), family_);
+    DecodeDims& d = cfg_.dims;
+    auto assign = [](auto& dst, auto v) -> absl::Status {
+      if (!v.ok()) return v.status();
+      dst = *v;
+      return absl::OkStatus();
+    };
+    for (auto s : {assign(d.n_layers, hp.Positive("block_count")), assign(d.hidden, hp.Positive("embedding_length")),
+                   assign(cfg_.ffn, hp.Positive("feed_forward_length")),
+                   assign(d.n_heads, hp.Positive("attention.head_count")),
+                   assign(cfg_.context_length, hp.Positive("context_length")),
+                   assign(cfg_.sliding_window, hp.Positive("attention.sliding_window"))}) {
+      if (!s.ok()) return s;
+    }
+    for (auto s : {assign(d.n_kv_heads, hp.PositiveOr("attention.head_count_kv", d.n_heads)),
+                   assign(d.head_dim, hp.PositiveOr("attention.key_length", d.hidden / d.n_heads)),
+                   assign(cfg_.sliding_window_pattern, hp.PositiveOr("attention.sliding_window_pattern", 6)),
+                   assign(cfg_.eps, hp.FloatOr("attention.layer_norm_rms_epsilon", 1e-6)),
+                   assign(cfg_.rope_base_global, hp.FloatOr("rope.freq_base", 1e6)),
+                   assign(cfg_.rope_base_local, hp.FloatOr("rope.freq_base_swa", 1e4)),
+                   assign(cfg_.attn_softcap, hp.FloatOr("attn_logit_softcapping", 0)),
+                   assign(cfg_.final_softcap, hp.FloatOr("final_logit_softcapping", 0))}) {
+      if (!s.ok()) return s;
+    }
+    auto value_length = hp.PositiveOr("attention.value_length", d.head_dim);
+    if (!value_length.ok()) return value_length.status();
+    if (*value_length != d.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat("model file: ", hp.key("attention.value_length"), " = ",
+                                                     *value_length, " differs from key_length ", d.head_dim));
+    }
+    if (d.n_heads % d.n_kv_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model file: head_count ", d.n_heads,
+                                                     " is not a multiple of head_count_kv ", d.n_kv_heads));
+    }
+    auto qpas = hp.FloatOr("attention.query_pre_attn_scalar", d.head_dim);
+    if (!qpas.ok()) return qpas.status();
+    cfg_.query_pre_attn_scalar = *qpas;
+    if (!(cfg_.query_pre_attn_scalar > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("model file: ", hp.key("attention.query_pre_attn_scalar"),
+                                                     " must be positive"));
+    }
+    auto rope_factor = hp.FloatOr("rope.scaling.factor", 1.0);
+    if (!rope_factor.ok()) return rope_factor.status();
+    if (*rope_factor > 0) cfg_.rope_scale_global = 1.0 / *rope_factor;
+
+    std::vector<int32_t> windows;
+    std::vector<RopeLayer> ropes;
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+      const bool global = (il + 1) % cfg_.sliding_window_pattern == 0;
+      windows.push_back(global ? 0 : cfg_.sliding_window);
+      ropes.push_back(global ? RopeLayer{true, cfg_.rope_base_global, cfg_.rope_scale_global}
+                             : RopeLayer{true, cfg_.rope_base_local, 1.0});
+    }
+    auto mp = MaskPlan::Create(windows);
+    if (!mp.ok()) return mp.status();
+    mask_plan_ = *std::move(mp);
+    auto rp = RopePlan::Create(ropes, d.head_dim);
+    if (!rp.ok()) return rp.status();
+    rope_plan_ = *std::move(rp);
+    return absl::OkStatus();
+  }
+
+  absl::Status BindWeights() {
+    DecodeDims& d = cfg_.dims;
+    const Weights& w = *weights_;
+    auto emb = w.Get("token_embd.weight", -1, d.hidden);
+    if (!emb.ok()) return emb.status();
+    tok_embd_ = *emb;
+    d.vocab = static_cast<int32_t>(tok_embd_->rows);
+    const WeightTensor* out = w.Find("output.weight");
+    output_ = out ? out : tok_embd_;  // tied embedding
+    if (output_->rows != d.vocab || output_->cols != d.hidden) {
+      return absl::InvalidArgumentError("model file: output.weight shape does not match token_embd.weight");
+    }
+    auto norm = w.Get("output_norm.weight", 1, d.hidden);
+    if (!norm.ok()) return norm.status();
+    output_norm_ = *norm;
+
+    const int64_t q_dim = static_cast<int64_t>(d.n_heads) * d.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(d.n_kv_heads) * d.head_dim;
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+      const std::string p = absl::StrCat("blk.", il, ".");
+      LayerWeights lw{};
+      struct Want {
+        const WeightTensor** dst;
+        const char* name;
+        int64_t rows, cols;
+      };
+      const Want wants[] = {
+          {&lw.attn_norm, "attn_norm", 1, d.hidden},       {&lw.wq, "attn_q", q_dim, d.hidden},
+          {&lw.wk, "attn_k", kv_dim, d.hidden},            {&lw.wv, "attn_v", kv_dim, d.hidden},
+          {&lw.wo, "attn_output", d.hidden, q_dim},        {&lw.q_norm, "attn_q_norm", 1, d.head_dim},
+          {&lw.k_norm, "attn_k_norm", 1, d.head_dim},      {&lw.post_attn_norm, "post_attention_norm", 1, d.hidden},
+          {&lw.ffn_norm, "ffn_norm", 1, d.hidden},         {&lw.gate, "ffn_gate", cfg_.ffn, d.hidden},
+          {&lw.up, "ffn_up", cfg_.ffn, d.hidden},          {&lw.down, "ffn_down", d.hidden, cfg_.ffn},
+          {&lw.post_ffn_norm, "post_ffw_norm", 1, d.hidden},
+      };
+      for (const Want& want : wants) {
+        auto t = w.Get(p + want.name + ".weight", want.rows, want.cols);
+        if (!t.ok()) return t.status();
+        *want.dst = *t;
+      }
+      for (const WeightTensor* norm_w : {lw.attn_norm, lw.q_norm, lw.k_norm, lw.post_attn_norm, lw.ffn_norm,
+                                         lw.post_ffn_norm}) {
+        if (norm_w->type != DType::kF32) {
+          return absl::UnimplementedError(absl::StrCat("tensor ", norm_w->name, ": norm weights must be f32, got ",
+                                                       DTypeName(norm_w->type)));
+        }
+      }
+      layers_.push_back(lw);
+    }
+    hash_ = absl::HashOf(d.n_layers, d.hidden, d.n_heads, d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn,
+                         cfg_.sliding_window, cfg_.sliding_window_pattern, cfg_.rope_base_global,
+                         cfg_.rope_base_local, cfg_.rope_scale_global, cfg_.query_pre_attn_scalar,
+                         cfg_.attn_softcap, cfg_.final_softcap, cfg_.eps);
+    return absl::OkStatus();
+  }
+
+  std::string family_ = "gemma3";
+  std::shared_ptr<const Weights> weights_;
+  Backend* backend_ = nullptr;
+  KvOffsetPath offset_path_ = KvOffsetPath::kDeviceOffset;
+  Gemma3Config cfg_;
+  MaskPlan mask_plan_;
+  RopePlan rope_plan_;
+  uint64_t hash_ = 0;
+  const WeightTensor* tok_embd_ = nullptr;
+  const WeightTensor* output_ = nullptr;
+  const WeightTensor* output_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+};
+
+absl::StatusOr<std::unique_ptr<DecodeModel>> CreateGemma3(std::shared_ptr<const Weights> weights,
+                                                          const FamilyOptions& options) {
+  return Gemma3::Create(std::move(weights), options);
+}
+
+}  // namespace
+
+DECODED_REGISTER_FAMILY("gemma3", CreateGemma3);
+
+}  // namespace decoded

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building and running decoded needs on Debian 12 (idempotent):
+# the Debian build stack and the default model (via scripts/fetch_model.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+readonly APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-pip
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+scripts/fetch_model.sh >/dev/null

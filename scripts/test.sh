@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, and runs every test
+# twice: the Release build, then an AddressSanitizer + UndefinedBehaviorSanitizer
+# build. The real model is required (DECODED_REQUIRE_MODEL=1): a missing model
+# fails instead of skipping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export DECODED_MODEL_PATH="${DECODED_MODEL_PATH:-$(scripts/fetch_model.sh)}"
+export DECODED_REQUIRE_MODEL=1
+
+BUILD_DIR=build scripts/build.sh -DDECODED_SANITIZE=OFF
+ctest --test-dir build --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900
+
+if [[ "${DECODED_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DDECODED_SANITIZE=ON -DDECODED_BUILD_BENCH=OFF
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 1800
+fi

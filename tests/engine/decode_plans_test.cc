@@ -1,0 +1,105 @@
+#include "engine/decode_plans.h"
+
+#include <vector>
+
+#include "engine/decode_token_host.h"
+#include "gtest/gtest.h"
+
+namespace decoded {
+namespace {
+
+TEST(MaskPlanTest, UniformLayersCollapseToOneVariant) {
+  auto plan = MaskPlan::Create(std::vector<int32_t>{0, 0, 0});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->n_variants(), 1);
+  EXPECT_EQ(plan->variant_of(2), 0);
+}
+
+TEST(MaskPlanTest, LocalGlobalPatternHasTwoVariants) {
+  auto plan = MaskPlan::Create(std::vector<int32_t>{512, 512, 512, 512, 512, 0});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->n_variants(), 2);
+  EXPECT_EQ(plan->window(plan->variant_of(0)), 512);
+  EXPECT_EQ(plan->window(plan->variant_of(5)), 0);
+}
+
+TEST(MaskPlanTest, NegativeWindowNamesTheLayer) {
+  auto plan = MaskPlan::Create(std::vector<int32_t>{4, -1});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("layer 1"), std::string::npos);
+}
+
+TEST(RopePlanTest, DistinctBasesAreDistinctVariantsAndNoPeLayersHaveNone) {
+  std::vector<RopeLayer> layers = {{true, 1e4, 1.0}, {true, 1e6, 1.0}, {false, 0, 0}, {true, 1e4, 1.0}};
+  auto plan = RopePlan::Create(layers, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->n_variants(), 2);
+  EXPECT_EQ(plan->variant_of(0), plan->variant_of(3));
+  EXPECT_NE(plan->variant_of(0), plan->variant_of(1));
+  EXPECT_EQ(plan->variant_of(2), -1);
+  // inv_freq[i] = base^(-2i/d) (RoFormer eq. 15).
+  EXPECT_FLOAT_EQ(plan->inv_freq(0)[0], 1.0f);
+  EXPECT_NEAR(plan->inv_freq(0)[1], 1.0 / std::pow(1e4, 2.0 / 8.0), 1e-7);
+  EXPECT_NEAR(plan->inv_freq(1)[3], 1.0 / std::pow(1e6, 6.0 / 8.0), 1e-9);
+}
+
+TEST(RopePlanTest, RejectsBadBaseNamingTheLayer) {
+  std::vector<RopeLayer> layers = {{true, 1e4, 1.0}, {true, -3, 1.0}};
+  auto plan = RopePlan::Create(layers, 8);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("layer 1"), std::string::npos);
+}
+
+// The mask bounds against a dense reference built straight from the seed's
+// definition (query i sees key j iff i - w < j <= i), at the lengths where
+// sliding windows go wrong: w-1, w, w+1, 2w.
+TEST(DecodeMaskTest, BoundsMatchDenseDefinitionAroundTheWindow) {
+  const int32_t w = 4;
+  auto plan = MaskPlan::Create(std::vector<int32_t>{w, 0});
+  ASSERT_TRUE(plan.ok());
+  for (int32_t len : {w - 1, w, w + 1, 2 * w, 2 * w + 1}) {
+    for (int32_t seq : {1, 3}) {
+      const int32_t pos0 = len;  // queries at positions len .. len+seq-1
+      std::vector<int32_t> bounds(static_cast<size_t>(plan->n_variants()) * seq * 2);
+      build_decode_mask_variants(*plan, seq, pos0, bounds.data());
+      for (int32_t v = 0; v < plan->n_variants(); ++v) {
+        const int32_t win = plan->window(v);
+        for (int32_t i = 0; i < seq; ++i) {
+          const int32_t p = pos0 + i;
+          const int32_t lo = bounds[(v * seq + i) * 2], hi = bounds[(v * seq + i) * 2 + 1];
+          for (int32_t j = 0; j < p + 4; ++j) {
+            const bool dense = j <= p && (win == 0 || p - win < j);
+            EXPECT_EQ(dense, j >= lo && j < hi) << "len=" << len << " v=" << v << " i=" << i << " j=" << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeTokenHostTest, RopeTablesFollowTheFormulaPerVariant) {
+  std::vector<RopeLayer> layers = {{true, 1e4, 1.0}, {true, 1e6, 0.5}};
+  auto rope = RopePlan::Create(layers, 4);
+  auto mask = MaskPlan::Create(std::vector<int32_t>{0, 0});
+  ASSERT_TRUE(rope.ok() && mask.ok());
+  DecodeTokenHost host;
+  const std::vector<int32_t> tokens = {5, 6};
+  ASSERT_TRUE(compute_decode_token_host(*mask, *rope, tokens, 7, &host).ok());
+  EXPECT_EQ(host.kv_offset, 7);
+  ASSERT_EQ(host.rope_cos.size(), 2u * 2u * 2u);
+  // variant 1, token 1 (position 8, scaled to 4), frequency index 1: 1e6^(-2/4).
+  const double angle = 8 * 0.5 * std::pow(1e6, -0.5);
+  EXPECT_NEAR(host.rope_cos[(1 * 2 + 1) * 2 + 1], std::cos(angle), 1e-6);
+  EXPECT_NEAR(host.rope_sin[(1 * 2 + 1) * 2 + 1], std::sin(angle), 1e-6);
+}
+
+TEST(DecodeTokenHostTest, EmptyStepIsInvalid) {
+  auto rope = RopePlan::Create(std::vector<RopeLayer>{{true, 1e4, 1.0}}, 4);
+  auto mask = MaskPlan::Create(std::vector<int32_t>{0});
+  DecodeTokenHost host;
+  EXPECT_EQ(compute_decode_token_host(*mask, *rope, {}, 0, &host).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace decoded
