@@ -28,8 +28,11 @@ class CpuBuffer final : public DeviceBuffer {
   static std::unique_ptr<CpuBuffer> Create(size_t bytes) {
     const size_t rounded = (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
     void* p = std::aligned_alloc(kBufferAlign, rounded == 0 ? kBufferAlign : rounded);
+    // Not zeroed: every byte is written before it is read (kernels read KV
+    // rows below the step's bounds only), and large buffers then stay
+    // uncommitted until used, so a session's resident KV grows with its
+    // live length.
     if (p == nullptr) return nullptr;
-    std::memset(p, 0, rounded == 0 ? kBufferAlign : rounded);
     return std::unique_ptr<CpuBuffer>(new CpuBuffer(p, bytes));
   }
   ~CpuBuffer() override { std::free(data_); }
