@@ -10,7 +10,8 @@
 //   INVALID_ARGUMENT     bad magic, unsupported version, truncated or corrupt
 //                        header/metadata/tensor info (the message names the key
 //                        or tensor and the byte offset), tensor data outside the
-//                        file, misaligned tensor offset, duplicate names,
+//                        file, misaligned tensor offset, overlapping tensors,
+//                        duplicate names,
 //   UNIMPLEMENTED        a tensor of a GGML type this build does not know.
 // It never reads outside the mapping.
 //
@@ -63,6 +64,8 @@ struct GgufTensorInfo {
   const uint8_t* data;     // into the mapping, aligned to the file's alignment
 };
 
+class GgufParser;  // engine/gguf/gguf_parser.h: parses a byte range into a GgufFile
+
 class GgufFile {
  public:
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
@@ -100,8 +103,17 @@ class GgufFile {
   GgufFile() = default;
   friend class GgufParser;
 
+  // Unmaps the read-only mapping of `size` bytes.
+  struct Unmapper {
+    size_t size;
+    void operator()(const uint8_t* p) const;
+  };
+
   std::string path_;
-  const uint8_t* base_ = nullptr;  // mmap'd, read-only
+  // Owns the mapping when opened from a file; null when parsed from a caller's
+  // buffer (GgufParser::Parse), whose storage then outlives this object.
+  std::unique_ptr<const uint8_t, Unmapper> mapping_{nullptr, Unmapper{0}};
+  const uint8_t* base_ = nullptr;  // start of the file bytes, read-only
   size_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
