@@ -32,23 +32,37 @@ DType ActivationType(DType weight_type);
 // (k must be a multiple of the weight type's block size).
 size_t ActivationRowBytes(DType weight_type, int64_t k);
 
-// Converts one f32 activation row of `k` elements into ActivationType(w) at `out`.
+// Converts one f32 activation row of `k` elements into ActivationType(w) at `out`
+// (ActivationRowBytes(w, k) bytes, no alignment needed). Q8_0 and Q8_K follow
+// ggml's reference quantizers bit for bit (quantize_row_q8_0_ref: d = amax/127
+// as fp16, round half away from zero; quantize_row_q8_K_ref: d = -max/127 as
+// f32 for the signed element of largest magnitude, round half to even, int16
+// bsums of 16); F32 is a copy. Precondition: k is a multiple of the block size.
 void QuantizeActivationRow(DType weight_type, const float* x, int64_t k, void* out);
 
 // y[i * ldy + r] = dot(W row r, activation row i) for r in [r0, r1), i in [0, m).
-// `xq` holds m converted activation rows, `xq_row_bytes` apart.
+// `xq` holds m converted activation rows, `xq_row_bytes` apart. Rows of any
+// alignment; k a multiple of the block size. An unsupported weight type
+// writes NaN to every output it owns.
 void MatMul(DType weight_type, const void* w, size_t w_row_bytes, int64_t k,
             const void* xq, size_t xq_row_bytes, int64_t m,
             float* y, int64_t ldy, int64_t r0, int64_t r1);
 
 // Dequantizes one row of `k` elements of type `t` into f32 (reference path,
-// embedding lookups and tests).
+// embedding lookups and tests). Supports the weight types plus Q8_K; other
+// types write NaN.
 void DequantizeRow(DType t, const void* src, float* dst, int64_t k);
 
 // fp16 / bf16 scalar conversions (IEEE binary16, bfloat16 truncation-free RNE).
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);
 float BF16ToF32(uint16_t h);
+// f32 -> bf16 rounding to nearest even; NaN stays a (quiet) NaN.
+uint16_t F32ToBF16(float f);
+
+// Instruction-set variant this build's kernels were compiled for:
+// "avx512vnni", "avx2" or "scalar" (fixed at compile time by -march).
+const char* KernelVariant();
 
 }  // namespace decoded::quant
 

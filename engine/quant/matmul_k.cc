@@ -1,0 +1,217 @@
+// Q4_K / Q5_K / Q6_K weights times Q8_K activations (ggml_vec_dot_q*_K_q8_K
+// numerics). Per 256-element super-block, with a = the Q8_K block:
+//   Q4_K/Q5_K: d_a * (d * sum_j sc_j * S_j  -  dmin * sum_j m_j * A_j)
+//              S_j = sum over sub-block j (32) of q*qa, A_j = its bsums pair;
+//   Q6_K:      d_a * d * sum_g sc_g * (S_g - 32 * bsums_g), groups of 16,
+//              q the unsigned 6-bit code.
+// Integer sums are exact; super-blocks accumulate in f32.
+//
+// SIMD (AVX2, and AVX-512 VNNI through vpdpbusd on ymm): codes are unsigned
+// (0..63) and activations signed, so u8 x s8 products summed four to an int32
+// lane stay below 2^15; the sub-block scale is then applied with madd_epi16
+// on those lanes (their high halves multiply a zero).
+#include <cstring>
+#include <type_traits>
+
+
+#include "engine/quant/blocks.h"
+#include "engine/quant/kernels.h"
+#include "engine/quant/x86.h"
+
+namespace decoded::quant::internal {
+namespace {
+
+// sc[0..7] and m[0..7] of a Q4_K/Q5_K block, as two 8-byte arrays: bytes
+// 0..7 of `out` are the scales, 8..15 the mins (ScaleMinK4 for all j at once).
+inline void UnpackScalesMins(const uint8_t* q, uint32_t out[4]) {
+  constexpr uint32_t kLow6 = 0x3F3F3F3F, kLow4 = 0x0F0F0F0F, kLow2 = 0x03030303;
+  uint32_t u[3];
+  std::memcpy(u, q, 12);
+  out[0] = u[0] & kLow6;
+  out[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  out[2] = u[1] & kLow6;
+  out[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+}
+
+#if defined(__AVX2__)
+
+inline __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// int32 lanes: sum of 4 u8*s8 products, times `scale` (int32 lanes holding a
+// 16-bit two's-complement value in the low half and 0 in the high half).
+inline __m256i ScaledDot(__m256i u, __m256i s, __m256i scale) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_madd_epi16(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), scale);
+#else
+  // maddubs pairs (<= 2*63*127) fit int16; both int16 halves take the scale.
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_or_si256(scale, _mm256_slli_epi32(scale, 16)));
+#endif
+}
+
+inline __m256i Scale32(int v) { return _mm256_set1_epi32(v & 0xFFFF); }
+
+inline float Hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 8 int32 lanes summing to sum_j m_j * (bsums[2j] + bsums[2j+1]).
+inline __m256i MinsDot(const uint32_t sm[4], const int16_t* bsums) {
+  const __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&sm[2])));
+  const __m256i m16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+  return _mm256_madd_epi16(Load256(bsums), m16);
+}
+
+template <bool kHasHigh>
+float DotQ45K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
+  using Block = std::conditional_t<kHasHigh, BlockQ5_K, BlockQ4_K>;
+  const auto* wb = reinterpret_cast<const Block*>(wrow);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& q = wb[b];
+    const BlockQ8_K& a = xa[b];
+    uint32_t sm[4];
+    UnpackScalesMins(q.scales, sm);
+    const auto* sc = reinterpret_cast<const uint8_t*>(sm);
+    __m256i qh;
+    if constexpr (kHasHigh) qh = Load256(q.qh);
+    __m256i isum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = Load256(q.qs + 32 * c);
+      __m256i lo = _mm256_and_si256(raw, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      if constexpr (kHasHigh) {
+        const __m256i one = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      isum = _mm256_add_epi32(isum, ScaledDot(lo, Load256(a.qs + 64 * c), Scale32(sc[2 * c])));
+      isum = _mm256_add_epi32(isum, ScaledDot(hi, Load256(a.qs + 64 * c + 32), Scale32(sc[2 * c + 1])));
+    }
+    const float d = HalfToFloat(q.d) * a.d;
+    const float dmin = HalfToFloat(q.dmin) * a.d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(MinsDot(sm, a.bsums)), acc);
+  }
+  return Hsum(acc);
+}
+
+float DotQ6K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
+  const auto* wb = reinterpret_cast<const BlockQ6_K*>(wrow);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& q = wb[b];
+    const BlockQ8_K& a = xa[b];
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load256(q.ql + 64 * h);
+      const __m256i ql1 = Load256(q.ql + 64 * h + 32);
+      const __m256i qh = Load256(q.qh + 32 * h);
+      const __m256i codes[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4)),
+      };
+      for (int t = 0; t < 4; ++t) {
+        const int g = 8 * h + 2 * t;  // 16-element group of the lower half
+        const __m256i scale = _mm256_set_m128i(_mm_set1_epi32(q.scales[g + 1] & 0xFFFF), _mm_set1_epi32(q.scales[g] & 0xFFFF));
+        isum = _mm256_add_epi32(isum, ScaledDot(codes[t], Load256(a.qs + 128 * h + 32 * t), scale));
+      }
+    }
+    // The -32 code offset: 32 * sum_g sc_g * bsums_g.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.scales)));
+    const __m256i bias = _mm256_madd_epi16(Load256(a.bsums), sc16);
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(HalfToFloat(q.d) * a.d), _mm256_cvtepi32_ps(isum), acc);
+  }
+  return Hsum(acc);
+}
+
+#else  // portable
+
+template <bool kHasHigh>
+float DotQ45K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
+  using Block = std::conditional_t<kHasHigh, BlockQ5_K, BlockQ4_K>;
+  const auto* wb = reinterpret_cast<const Block*>(wrow);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& q = wb[b];
+    const BlockQ8_K& a = xa[b];
+    uint32_t sm[4];
+    UnpackScalesMins(q.scales, sm);
+    const auto* sc = reinterpret_cast<const uint8_t*>(sm);
+    const uint8_t* mn = sc + 8;
+    int32_t isum = 0, msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      const int c = j / 2;
+      const int shift = 4 * (j % 2);
+      int s = 0;
+      for (int l = 0; l < 32; ++l) {
+        int v = (q.qs[32 * c + l] >> shift) & 0xF;
+        if constexpr (kHasHigh) v |= ((q.qh[l] >> j) & 1) << 4;
+        s += v * a.qs[32 * j + l];
+      }
+      isum += sc[j] * s;
+      msum += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+    }
+    sum += a.d * (HalfToFloat(q.d) * static_cast<float>(isum) - HalfToFloat(q.dmin) * static_cast<float>(msum));
+  }
+  return sum;
+}
+
+float DotQ6K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
+  const auto* wb = reinterpret_cast<const BlockQ6_K*>(wrow);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& q = wb[b];
+    const BlockQ8_K& a = xa[b];
+    int32_t isum = 0;
+    for (int h = 0; h < 2; ++h) {
+      for (int t = 0; t < 4; ++t) {
+        for (int half = 0; half < 2; ++half) {
+          const int g = 8 * h + 2 * t + half;
+          int s = 0;
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const uint8_t lowbyte = q.ql[64 * h + 32 * (t & 1) + l];
+            const int low = t < 2 ? (lowbyte & 0xF) : (lowbyte >> 4);
+            const int code = low | (((q.qh[32 * h + l] >> (2 * t)) & 3) << 4);
+            s += code * a.qs[128 * h + 32 * t + l];
+          }
+          isum += q.scales[g] * (s - 32 * a.bsums[g]);
+        }
+      }
+    }
+    sum += a.d * HalfToFloat(q.d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+#endif
+
+template <float (*Dot)(const uint8_t*, int64_t, const BlockQ8_K*)>
+void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
+  const int64_t nb = k / kQKK;
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t i = 0; i < m; ++i) {
+      y[i * ldy + r] = Dot(w + r * w_row_bytes, nb, reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes));
+    }
+  }
+}
+
+}  // namespace
+
+void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<false>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<true>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ6K>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+
+}  // namespace decoded::quant::internal

@@ -1,0 +1,391 @@
+// Tests of engine/quant against independent references:
+//  - MatMul vs a plain double-precision dot of DequantizeRow(weight row) and
+//    DequantizeRow(converted activation), on random blocks of every type;
+//  - DequantizeRow vs the Python gguf package (tests/data/quant_reference.json,
+//    written by tools/gen_quant_reference.py from the real model's rows);
+//  - QuantizeActivationRow vs gguf's Q8_0 quantizer (fixture) and vs the Q8_K
+//    formula of ggml's quantize_row_q8_K_ref, written out plainly below;
+//  - a kernel fed a weight with one block's scale moved to the neighbour
+//    block fails the MatMul comparison, so the tolerance can catch such bugs.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "engine/quant/quant.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/common/model_path.h"
+
+namespace decoded::quant {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+size_t RowBytesOf(DType t, int64_t k) { return *RowBytes(t, k); }
+
+void PutHalf(uint8_t* p, float v) {
+  const uint16_t h = F32ToF16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Random weight rows with finite, realistically scaled block scales (random
+// code bytes cover every bit pattern of the quantized fields).
+Bytes RandomWeights(DType t, int64_t rows, int64_t k, std::mt19937& rng) {
+  const size_t rb = RowBytesOf(t, k);
+  Bytes w(rb * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(1e-3f, 2e-2f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
+  const DTypeTraits& tr = Traits(t);
+  const int64_t nblocks = rows * (k / tr.block_size);
+  for (int64_t i = 0; i < nblocks; ++i) {
+    uint8_t* blk = w.data() + i * tr.block_bytes;
+    switch (t) {
+      case DType::kF32: {
+        const float v = normal(rng);
+        std::memcpy(blk, &v, 4);
+        break;
+      }
+      case DType::kF16:
+        PutHalf(blk, normal(rng));
+        break;
+      case DType::kBF16: {
+        const uint16_t h = F32ToBF16(normal(rng));
+        std::memcpy(blk, &h, 2);
+        break;
+      }
+      case DType::kQ4_0:
+      case DType::kQ5_0:
+      case DType::kQ8_0:
+        PutHalf(blk, scale(rng));
+        break;
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+        PutHalf(blk, scale(rng));
+        PutHalf(blk + 2, scale(rng));
+        break;
+      case DType::kQ6_K:
+        PutHalf(blk + 208, scale(rng));
+        break;
+      default:
+        break;
+    }
+  }
+  return w;
+}
+
+std::vector<float> RandomActivations(int64_t m, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (auto& v : x) v = normal(rng);
+  return x;
+}
+
+struct Converted {
+  Bytes data;
+  size_t row_bytes;
+};
+
+Converted ConvertActivations(DType wt, const std::vector<float>& x, int64_t m, int64_t k) {
+  Converted c{Bytes(ActivationRowBytes(wt, k) * m), ActivationRowBytes(wt, k)};
+  for (int64_t i = 0; i < m; ++i) QuantizeActivationRow(wt, x.data() + i * k, k, c.data.data() + i * c.row_bytes);
+  return c;
+}
+
+// Compares y[i*ldy + r] (r in [r0, r1)) with the double dot of the
+// dequantized weight row and dequantized activation row. The bound is
+// 1e-5 * sum_j |w_j * a_j|: the kernels' block sums are exact integers and
+// everything after is f32 scaling plus a summation over at most ~k/16 partial
+// sums per lane, whose rounding error stays below ~(k/16 + 10) * 2^-24 of the
+// absolute-term sum (< 1e-5 for k <= 2048); a dot near zero from cancellation
+// is thus still checked to f32 precision of its terms.
+::testing::AssertionResult MatchesReference(DType t, const Bytes& w, int64_t k, const Converted& xq, int64_t m,
+                                            const std::vector<float>& y, int64_t ldy, int64_t r0, int64_t r1) {
+  const size_t rb = RowBytesOf(t, k);
+  std::vector<float> wrow(k), arow(k);
+  for (int64_t i = 0; i < m; ++i) {
+    DequantizeRow(ActivationType(t), xq.data.data() + i * xq.row_bytes, arow.data(), k);
+    for (int64_t r = r0; r < r1; ++r) {
+      DequantizeRow(t, w.data() + r * rb, wrow.data(), k);
+      double ref = 0.0, mag = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        ref += static_cast<double>(wrow[j]) * arow[j];
+        mag += std::fabs(static_cast<double>(wrow[j]) * arow[j]);
+      }
+      const double got = y[i * ldy + r];
+      const double tol = 1e-5 * mag + 1e-30;
+      if (!(std::fabs(got - ref) <= tol)) {
+        return ::testing::AssertionFailure() << DTypeName(t) << " k=" << k << " row " << r << " act " << i
+                                             << ": got " << got << " want " << ref << " (|diff| "
+                                             << std::fabs(got - ref) << " > tol " << tol << ")";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ5_0,
+                              DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+TEST(QuantKernels, ReportsSupportedWeightTypes) {
+  for (DType t : kWeightTypes) EXPECT_TRUE(IsSupportedWeightType(t)) << DTypeName(t);
+  EXPECT_FALSE(IsSupportedWeightType(DType::kQ2_K));
+  EXPECT_FALSE(IsSupportedWeightType(DType::kI32));
+  EXPECT_EQ(ActivationType(DType::kQ5_0), DType::kQ8_0);
+  EXPECT_EQ(ActivationType(DType::kQ6_K), DType::kQ8_K);
+  EXPECT_EQ(ActivationType(DType::kBF16), DType::kF32);
+  EXPECT_EQ(ActivationRowBytes(DType::kQ8_0, 640), 20u * 34u);
+  EXPECT_EQ(ActivationRowBytes(DType::kQ4_K, 512), 2u * 292u);
+  EXPECT_EQ(ActivationRowBytes(DType::kF16, 10), 40u);
+}
+
+#ifdef DECODED_EXPECT_KERNEL_VARIANT
+TEST(QuantKernels, BuiltForRequestedInstructionSet) {
+  EXPECT_STREQ(KernelVariant(), DECODED_EXPECT_KERNEL_VARIANT);
+}
+#endif
+
+TEST(QuantKernels, MatMulMatchesDequantizedReferenceForEveryType) {
+  std::mt19937 rng(42);
+  // 7 rows: one 4-row group plus a 3-row remainder in the blocked kernels.
+  constexpr int64_t kRows = 7;
+  for (DType t : kWeightTypes) {
+    const int64_t bs = Traits(t).block_size;
+    // 96 = 3 blocks of 32 (odd block count); 40 exercises f32-type tails.
+    for (int64_t k : {int64_t{40}, int64_t{96}, int64_t{256}, int64_t{640}, int64_t{1024}, int64_t{2048}}) {
+      if (k % bs != 0) continue;
+      for (int64_t m : {int64_t{1}, int64_t{3}}) {
+        const Bytes w = RandomWeights(t, kRows, k, rng);
+        const std::vector<float> x = RandomActivations(m, k, rng);
+        const Converted xq = ConvertActivations(t, x, m, k);
+        const int64_t ldy = kRows + 5;
+        std::vector<float> y(m * ldy, -7.0f);
+        MatMul(t, w.data(), RowBytesOf(t, k), k, xq.data.data(), xq.row_bytes, m, y.data(), ldy, 0, kRows);
+        EXPECT_TRUE(MatchesReference(t, w, k, xq, m, y, ldy, 0, kRows)) << "m=" << m;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t r = kRows; r < ldy; ++r) EXPECT_EQ(y[i * ldy + r], -7.0f) << "wrote outside [r0, r1)";
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantKernels, MatMulWritesOnlyItsRowRange) {
+  std::mt19937 rng(7);
+  for (DType t : kWeightTypes) {
+    const int64_t k = 256;
+    const Bytes w = RandomWeights(t, 9, k, rng);
+    const Converted xq = ConvertActivations(t, RandomActivations(1, k, rng), 1, k);
+    std::vector<float> y(9, -7.0f);
+    MatMul(t, w.data(), RowBytesOf(t, k), k, xq.data.data(), xq.row_bytes, 1, y.data(), 9, 2, 8);
+    EXPECT_TRUE(MatchesReference(t, w, k, xq, 1, y, 9, 2, 8));
+    EXPECT_EQ(y[0], -7.0f);
+    EXPECT_EQ(y[1], -7.0f);
+    EXPECT_EQ(y[8], -7.0f);
+  }
+}
+
+// Swaps the fp16 scale of block 0 and block 1 of every row: a kernel that
+// reads the neighbour block's scale computes exactly this.
+Bytes WithScalesShiftedByOneBlock(DType t, const Bytes& w, int64_t rows, int64_t k) {
+  Bytes bad = w;
+  const size_t rb = RowBytesOf(t, k);
+  const size_t bb = Traits(t).block_bytes;
+  const size_t off = t == DType::kQ6_K ? 208 : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = bad.data() + r * rb;
+    std::swap_ranges(row + off, row + off + 2, row + bb + off);
+  }
+  return bad;
+}
+
+TEST(QuantKernels, ComparisonCatchesScaleTakenFromNeighbourBlock) {
+  std::mt19937 rng(99);
+  for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const int64_t k = 512, rows = 5;
+    const Bytes w = RandomWeights(t, rows, k, rng);
+    const Converted xq = ConvertActivations(t, RandomActivations(1, k, rng), 1, k);
+    const Bytes bad = WithScalesShiftedByOneBlock(t, w, rows, k);
+    std::vector<float> y(rows);
+    MatMul(t, bad.data(), RowBytesOf(t, k), k, xq.data.data(), xq.row_bytes, 1, y.data(), rows, 0, rows);
+    EXPECT_FALSE(MatchesReference(t, w, k, xq, 1, y, rows, 0, rows)) << DTypeName(t);
+    MatMul(t, w.data(), RowBytesOf(t, k), k, xq.data.data(), xq.row_bytes, 1, y.data(), rows, 0, rows);
+    EXPECT_TRUE(MatchesReference(t, w, k, xq, 1, y, rows, 0, rows)) << DTypeName(t);
+  }
+}
+
+nlohmann::json LoadFixture() {
+  std::ifstream in(testing::TestDataPath("quant_reference.json"));
+  EXPECT_TRUE(in.good()) << "missing tests/data/quant_reference.json (tools/gen_quant_reference.py)";
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+Bytes FromHex(const std::string& hex) {
+  Bytes out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+TEST(QuantDequantize, MatchesGgufPackageOnRealAndSyntheticRows) {
+  const nlohmann::json fx = LoadFixture();
+  ASSERT_TRUE(fx.is_object());
+  int checked_types = 0;
+  std::vector<std::string> seen;
+  for (const auto& c : fx["dequant"]) {
+    const auto type = LookupDType(c["type_id"].get<uint32_t>());
+    ASSERT_TRUE(type.has_value());
+    const DType t = static_cast<DType>(c["type_id"].get<uint32_t>());
+    const int64_t k = c["k"].get<int64_t>();
+    const Bytes raw = FromHex(c["hex"].get<std::string>());
+    ASSERT_EQ(raw.size(), RowBytesOf(t, k)) << c["source"];
+    const std::vector<float> want = c["values"].get<std::vector<float>>();
+    std::vector<float> got(k);
+    DequantizeRow(t, raw.data(), got.data(), k);
+    int mismatches = 0;
+    for (int64_t j = 0; j < k && mismatches < 5; ++j) {
+      // Bitwise equality: every decoder step is an exact or singly-rounded
+      // f32 operation in the same order as gguf-py's numpy code.
+      if (std::memcmp(&got[j], &want[j], 4) != 0) {
+        ++mismatches;
+        ADD_FAILURE() << c["type"] << " " << c["source"] << " element " << j << ": got " << got[j] << " want "
+                      << want[j];
+      }
+    }
+    seen.push_back(c["type"].get<std::string>());
+    ++checked_types;
+  }
+  for (const char* name : {"q8_0", "q5_0", "q4_K", "q6_K", "f32", "q4_0", "q5_K", "f16", "bf16"}) {
+    EXPECT_NE(std::find(seen.begin(), seen.end(), name), seen.end()) << "fixture lacks " << name;
+  }
+  EXPECT_GT(checked_types, 0);
+}
+
+TEST(QuantActivation, Q8_0MatchesGgufQuantizerIncludingTies) {
+  const nlohmann::json fx = LoadFixture();
+  ASSERT_TRUE(fx.is_object());
+  const auto& a = fx["q8_0_activation"];
+  const int64_t k = a["k"].get<int64_t>();
+  const std::vector<float> x = a["input"].get<std::vector<float>>();
+  const Bytes want = FromHex(a["hex"].get<std::string>());
+  ASSERT_EQ(want.size(), ActivationRowBytes(DType::kQ8_0, k));
+  Bytes got(want.size());
+  QuantizeActivationRow(DType::kQ8_0, x.data(), k, got.data());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(static_cast<int>(got[i]), static_cast<int>(want[i])) << "byte " << i << " (block " << i / 34 << ")";
+  }
+}
+
+// quantize_row_q8_K_ref, spelled out: per 256 values, max = the first value
+// of largest magnitude, iscale = -127/max, q = min(127, round-half-even(
+// iscale*x)), d = 1/iscale, bsums = sums of 16 consecutive q.
+Bytes ReferenceQ8_K(const std::vector<float>& x) {
+  const int64_t nb = static_cast<int64_t>(x.size()) / 256;
+  Bytes out(nb * 292, 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* v = x.data() + b * 256;
+    uint8_t* blk = out.data() + b * 292;
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 256; ++j) {
+      if (std::fabs(v[j]) > amax) {
+        amax = std::fabs(v[j]);
+        max = v[j];
+      }
+    }
+    if (amax == 0.0f) continue;  // d = 0, q = 0, bsums = 0
+    const float iscale = -127.0f / max;
+    int8_t q[256];
+    for (int j = 0; j < 256; ++j) {
+      const float r = std::nearbyint(iscale * v[j]);  // default FE_TONEAREST: ties to even
+      q[j] = static_cast<int8_t>(r > 127.0f ? 127 : static_cast<int>(r));
+    }
+    const float d = 1.0f / iscale;
+    std::memcpy(blk, &d, 4);
+    std::memcpy(blk + 4, q, 256);
+    for (int g = 0; g < 16; ++g) {
+      int16_t s = 0;
+      for (int l = 0; l < 16; ++l) s = static_cast<int16_t>(s + q[16 * g + l]);
+      std::memcpy(blk + 260 + 2 * g, &s, 2);
+    }
+  }
+  return out;
+}
+
+TEST(QuantActivation, Q8_KMatchesReferenceFormula) {
+  std::mt19937 rng(5);
+  std::vector<float> x = RandomActivations(1, 4 * 256, rng);
+  // Block 1: max = -127, so iscale = 1 and k+0.5 inputs are exact ties.
+  for (int j = 0; j < 256; ++j) x[256 + j] = static_cast<float>(j % 20) - 9.5f;
+  x[256] = -127.0f;
+  // Block 2: two values of largest magnitude, opposite signs: the first wins.
+  for (int j = 0; j < 256; ++j) x[512 + j] = 0.01f * static_cast<float>(j % 7);
+  x[512 + 3] = -5.0f;
+  x[512 + 9] = 5.0f;
+  // Block 3: all zero.
+  for (int j = 0; j < 256; ++j) x[768 + j] = 0.0f;
+  const Bytes want = ReferenceQ8_K(x);
+  ASSERT_EQ(want.size(), ActivationRowBytes(DType::kQ4_K, 1024));
+  Bytes got(want.size(), 0xAB);
+  QuantizeActivationRow(DType::kQ4_K, x.data(), 1024, got.data());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(static_cast<int>(got[i]), static_cast<int>(want[i])) << "byte " << i << " of block " << i / 292;
+  }
+  float d1;
+  std::memcpy(&d1, got.data() + 292, 4);
+  EXPECT_EQ(d1, 1.0f);  // -max/127 with max = -127
+}
+
+TEST(QuantActivation, FloatWeightsTakeActivationsUnchanged) {
+  const std::vector<float> x = {1.5f, -2.25f, 3.0e-20f, 7.0f};
+  std::vector<float> out(4);
+  QuantizeActivationRow(DType::kBF16, x.data(), 4, out.data());
+  EXPECT_EQ(out, x);
+}
+
+TEST(QuantHalf, F16ConversionsFollowIeeeBinary16) {
+  EXPECT_EQ(F32ToF16(1.0f), 0x3C00);
+  EXPECT_EQ(F32ToF16(-0.0f), 0x8000);
+  EXPECT_EQ(F32ToF16(65504.0f), 0x7BFF);
+  EXPECT_EQ(F32ToF16(65520.0f), 0x7C00);                 // rounds up to inf
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);    // smallest subnormal
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);    // tie -> even (0)
+  EXPECT_EQ(F32ToF16(std::ldexp(3.0f, -25)), 0x0002);    // tie -> even (2)
+  EXPECT_EQ(F32ToF16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie -> even
+  EXPECT_EQ(F32ToF16(1.0f + std::ldexp(3.0f, -11)), 0x3C02);  // tie -> even
+  EXPECT_EQ(F32ToF16(1.0f / 3.0f), 0x3555);
+  EXPECT_EQ(F32ToF16(INFINITY), 0x7C00);
+  EXPECT_EQ(F32ToF16(NAN) & 0x7C00, 0x7C00);
+  EXPECT_NE(F32ToF16(NAN) & 0x03FF, 0);
+  EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(F16ToF32(0xC000), -2.0f);
+  EXPECT_EQ(F16ToF32(0x7C00), INFINITY);
+  EXPECT_TRUE(std::isnan(F16ToF32(0x7E00)));
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0) continue;  // NaN payloads
+    ASSERT_EQ(F32ToF16(F16ToF32(static_cast<uint16_t>(h))), h) << std::hex << h;
+  }
+}
+
+TEST(QuantHalf, BF16ConversionsRoundToNearestEven) {
+  auto from_bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  EXPECT_EQ(BF16ToF32(0x3F80), 1.0f);
+  EXPECT_EQ(BF16ToF32(0xC040), -3.0f);
+  EXPECT_EQ(F32ToBF16(1.0f), 0x3F80);
+  EXPECT_EQ(F32ToBF16(from_bits(0x3F808000u)), 0x3F80);  // tie -> even
+  EXPECT_EQ(F32ToBF16(from_bits(0x3F818000u)), 0x3F82);  // tie -> even
+  EXPECT_EQ(F32ToBF16(from_bits(0x3F808001u)), 0x3F81);
+  EXPECT_TRUE(std::isnan(BF16ToF32(F32ToBF16(NAN))));
+}
+
+}  // namespace
+}  // namespace decoded::quant
