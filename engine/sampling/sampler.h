@@ -48,26 +48,71 @@ struct SampleResult {
 
 // One sampler per turn. Holds its RNG and the token counts for penalties.
 // Not thread-safe. Scratch buffers are reused across calls.
+//
+// Semantics of Sample(logits), f32 [n] with n = logits.size() (normally the
+// vocabulary size; ids are indices into `logits`):
+//  * NaN logits count as -inf (never chosen unless every logit is NaN/-inf,
+//    in which case id 0 is returned).
+//  * Penalties apply to ids counted by Accept(): repetition first, then
+//    presence/frequency (llama.cpp's penalties sampler order).
+//  * temperature == 0: argmax of the penalised logits (lowest id on ties);
+//    top-k/top-p/min-p are then irrelevant.
+//  * otherwise, on the penalised logits at temperature 1: top-k keeps the k
+//    highest; top-p keeps the smallest highest-first prefix whose probability
+//    (renormalised over what top-k kept) reaches top_p; min-p keeps tokens with
+//    p >= min_p * p_max; the survivors are drawn from softmax(logit / T) with
+//    one 53-bit uniform from mt19937_64(seed) per draw.
+//  * logprob / top: log-softmax of the *raw* logits (no penalty, T = 1).
+// Cost: O(n) per call (a few vectorised passes); top-k uses a size-k heap;
+// top-p without top-k sorts only the ids within a few nats of the maximum
+// that hold the nucleus, not the whole vocabulary.
+// Allocation: scratch buffers grow on the first call only; `top` allocates
+// when top_logprobs > 0.
 class Sampler {
  public:
+  // `params` should have passed ValidateSamplingParams; out-of-range values
+  // are clamped to the nearest meaningful setting rather than trusted.
   Sampler(const SamplingParams& params, int32_t vocab_size);
   // Tokens already in the context (prompt and generated) for the penalties.
+  // Ids outside [0, vocab_size) are ignored.
   void Accept(int32_t id);
+  // An empty `logits` yields {id = -1, logprob = -inf}.
   SampleResult Sample(absl::Span<const float> logits);
+  // The penalty step of Sample(), in place: for each id < logits.size() seen
+  // by Accept() `count` times, logit = logit > 0 ? logit / repetition_penalty
+  // : logit * repetition_penalty, then logit -= presence_penalty +
+  // frequency_penalty * count. O(distinct accepted ids).
+  void ApplyPenalties(absl::Span<float> logits) const;
 
  private:
+  int32_t Argmax(absl::Span<const float> x) const;
+  // Fills scratch_ids_ with the top-k / top-p / min-p survivors of the
+  // penalised logits in scratch_logits_ (max m); returns their number.
+  size_t SelectCandidates(size_t n, float m);
+  // The k best ids (lowest ids among ties) into scratch_ids_; returns k.
+  size_t SelectTopK(size_t n, size_t k);
+  // Draws from softmax(logit / T) over `ids`, or over all n ids.
+  int32_t Draw(absl::Span<const int32_t> ids, float max_logit);
+  int32_t DrawAll(size_t n, float max_logit);
+  void FillTopLogprobs(absl::Span<const float> raw, float log_z, SampleResult& result) const;
+
   SamplingParams params_;
   int32_t vocab_size_;
   std::mt19937_64 rng_;
   absl::flat_hash_map<int32_t, int32_t> counts_;
-  std::vector<float> scratch_logits_;
-  std::vector<int32_t> scratch_ids_;
+  std::vector<float> scratch_logits_;   // penalised logits, [n]
+  std::vector<float> scratch_weights_;  // exp values, [n]
+  std::vector<int32_t> scratch_ids_;    // candidate ids, [n]
 };
 
 // Detects stop sequences in generated text. Push() returns the text that is
 // safe to emit now: text that might still turn out to be the start of a stop
 // sequence is held back; once a stop sequence completes, Push() returns the
 // text before it and stopped() becomes true (the stop text itself is not emitted).
+// Empty stop sequences are ignored. After stopped(), Push() returns "".
+// Matching is on bytes; emitted text is cut only at the start of a stop
+// sequence or of a held-back prefix of one, so complete UTF-8 input stays
+// complete UTF-8 output.
 class StopMatcher {
  public:
   explicit StopMatcher(std::vector<std::string> stop_sequences);

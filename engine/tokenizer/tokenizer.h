@@ -31,6 +31,21 @@ enum class TokenType : int32_t {
   kUserDefined = 4, kUnused = 5, kByte = 6,
 };
 
+// A vocabulary in plain vectors: what FromGguf reads from the `tokenizer.ggml.*`
+// keys. FromVocab builds a tokenizer from it directly (tests, other formats).
+struct TokenizerVocab {
+  std::vector<std::string> pieces;    // tokenizer.ggml.tokens, UTF-8 spelling, "▁" for space
+  std::vector<float> scores;          // tokenizer.ggml.scores; empty = all 0
+  std::vector<TokenType> types;       // tokenizer.ggml.token_type; empty = all kNormal
+  int32_t bos_id = -1;                // -1 = none
+  int32_t eos_id = -1;
+  int32_t unk_id = -1;
+  int32_t pad_id = -1;
+  int32_t eot_id = -1;                // tokenizer.ggml.eot_token_id; also ends generation
+  bool add_bos = true;                // tokenizer.ggml.add_bos_token
+  bool add_space_prefix = false;      // tokenizer.ggml.add_space_prefix
+};
+
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant"/"model"
   std::string content;
@@ -43,23 +58,55 @@ class Tokenizer {
   // UNIMPLEMENTED for tokenizer models other than "llama".
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 
+  // Builds from plain vectors. INVALID_ARGUMENT (naming the field) when the
+  // vocabulary is empty, `scores`/`types` lengths differ from `pieces`, two
+  // pieces are equal, a piece is empty, or a special id is out of range.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromVocab(TokenizerVocab vocab);
+
   // Text -> token ids. A BOS is prepended when `add_bos` is set and the model
   // asks for it (tokenizer.ggml.add_bos_token) *and* the text does not already
   // start with the BOS token (no double BOS). Control tokens are only produced
   // from their literal spelling when `parse_special` is set.
+  //
+  // As in llama.cpp (llm_tokenizer_spm + tokenizer_st_partition) and HF
+  // tokenizers: the literal spellings of special tokens are split out of the
+  // text first, longer spellings before shorter ones, each leftmost first.
+  // User-defined tokens (Gemma: "\n", runs of "\n" and of spaces, HTML tags)
+  // are always split out; control and unknown tokens only with
+  // `parse_special`. Each remaining text run gets a space prefix only when
+  // tokenizer.ggml.add_space_prefix is set, has " " replaced by "▁", and is
+  // merged as SentencePiece BPE: repeatedly the adjacent pair with the highest
+  // piece score (leftmost on ties) whose concatenation is a normal or
+  // user-defined piece; symbols that end as no piece fall back to <0xXX>
+  // byte pieces (the unknown id if the vocabulary lacks one).
+  // Invalid UTF-8 is tolerated (its bytes fall back to byte pieces).
+  // Cost: O(n log n) in the text length; no scan over the vocabulary.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special) const;
 
   // The bytes a token stands for: "▁" -> " ", <0xXX> -> that byte, control
   // tokens -> "" unless `render_special`. Bytes may be part of a UTF-8 sequence.
+  // User-defined tokens always render as their spelling; unused/undefined
+  // tokens and ids outside [0, vocab_size) render as "".
   std::string TokenBytes(int32_t id, bool render_special = false) const;
 
-  // Concatenated TokenBytes. INVALID_ARGUMENT on an id outside [0, vocab_size).
+  // Concatenated TokenBytes (with add_space_prefix, one leading space of the
+  // first piece is dropped, as llama.cpp's detokenizer does).
+  // INVALID_ARGUMENT on an id outside [0, vocab_size).
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool render_special = false) const;
 
   // Renders chat turns in the model's turn format (Gemma:
   // "<start_of_turn>user\n...<end_of_turn>\n", assistant role spelled "model",
   // system text folded into the first user turn), optionally ending with the
   // opening of the model's turn. INVALID_ARGUMENT on an unknown role.
+  //
+  // Follows Gemma's Hugging Face chat template: each turn's content is
+  // stripped of leading/trailing ASCII whitespace; a leading system message
+  // becomes "{system}\n\n" at the start of the first user turn. The BOS is
+  // not part of the result (Encode adds it). Unlike the HF template, turns
+  // need not alternate (a session may submit one user turn at a time).
+  // Errors: INVALID_ARGUMENT for an unknown role, a system message that is not
+  // first, or a system message not followed by a user message;
+  // UNIMPLEMENTED when the vocabulary has no <start_of_turn>/<end_of_turn>.
   absl::StatusOr<std::string> ApplyChatTemplate(absl::Span<const ChatMessage> messages,
                                                 bool add_generation_prompt) const;
 
@@ -69,8 +116,10 @@ class Tokenizer {
   // Ids that end generation: EOS, <end_of_turn>/<eot> when the vocabulary has them.
   const std::vector<int32_t>& end_of_generation_ids() const;
   bool IsEndOfGeneration(int32_t id) const;
-  TokenType type(int32_t id) const;
-  const std::string& piece(int32_t id) const;  // raw vocabulary spelling
+  TokenType type(int32_t id) const;  // kUndefined if out of range
+  const std::string& piece(int32_t id) const;  // raw vocabulary spelling; "" if out of range
+  // Id of the piece spelled exactly `piece`, -1 if none. O(1).
+  int32_t PieceToId(std::string_view piece) const;
 
  private:
   struct Impl;
@@ -82,7 +131,10 @@ class Tokenizer {
 
 // Turns a stream of token ids into text without ever emitting a split UTF-8
 // code point: bytes of an incomplete sequence are held back until it
-// completes. Invalid sequences are emitted as U+FFFD. Not thread-safe.
+// completes. Invalid sequences are emitted as U+FFFD (one per maximal invalid
+// subpart; overlongs, surrogates and > U+10FFFF count as invalid). Pieces
+// come from TokenBytes(id) without render_special, so control tokens add
+// nothing. The Tokenizer must outlive it. Not thread-safe.
 class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}

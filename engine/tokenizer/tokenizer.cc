@@ -1,0 +1,396 @@
+#include "engine/tokenizer/tokenizer.h"
+
+#include <cstdio>
+#include <queue>
+#include <utility>
+#include <variant>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/tokenizer_impl.h"
+
+namespace decoded {
+namespace {
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 "▁"
+
+// Byte length of the UTF-8 sequence a lead byte announces, as llama.cpp's
+// unicode_len_utf8 counts it (stray continuation bytes count as 1, 0xF8..0xFF
+// as 4), so symbol boundaries match the reference on invalid input too.
+size_t Utf8SequenceLength(uint8_t lead) {
+  static constexpr size_t kByHighNibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kByHighNibble[lead >> 4];
+}
+
+std::string ReplaceAll(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size() + s.size() / 2);
+  size_t pos = 0;
+  while (true) {
+    const size_t hit = s.find(from, pos);
+    if (hit == std::string_view::npos) break;
+    out.append(s.substr(pos, hit - pos));
+    out.append(to);
+    pos = hit + from.size();
+  }
+  out.append(s.substr(pos));
+  return out;
+}
+
+// Optional GGUF key: NOT_FOUND yields `fallback`, other errors propagate.
+template <typename T>
+absl::StatusOr<T> Optional(absl::StatusOr<T> value, T fallback) {
+  if (value.ok()) return value;
+  if (absl::IsNotFound(value.status())) return fallback;
+  return value.status();
+}
+
+absl::StatusOr<int32_t> OptionalId(const GgufFile& file, std::string_view key, int32_t fallback) {
+  absl::StatusOr<int64_t> v = file.GetInt(key);
+  if (!v.ok()) {
+    if (absl::IsNotFound(v.status())) return fallback;
+    return v.status();
+  }
+  if (*v < -1 || *v > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(key), " = ", *v, " is not a token id"));
+  }
+  return static_cast<int32_t>(*v);
+}
+
+TokenType ToTokenType(int64_t t) {
+  return t >= 0 && t <= static_cast<int64_t>(TokenType::kByte) ? static_cast<TokenType>(t)
+                                                               : TokenType::kUndefined;
+}
+
+// tokenizer.ggml.token_type (optional). Reads the int32 array straight from
+// the parsed metadata: GgufFile::GetIntArray builds an error context per
+// element, which costs tens of ms on 262144 entries. Anything unusual goes
+// through GetIntArray for its checks and messages.
+absl::StatusOr<std::vector<TokenType>> ReadTokenTypes(const GgufFile& file) {
+  constexpr std::string_view kKey = "tokenizer.ggml.token_type";
+  std::vector<TokenType> types;
+  const GgufValue* value = file.Find(kKey);
+  if (value == nullptr) return types;
+  if (const auto* arr = std::get_if<GgufArray>(&value->value);
+      arr != nullptr && arr->elem_type == GgufType::kInt32) {
+    types.reserve(arr->values.size());
+    bool plain = true;
+    for (const GgufValue& v : arr->values) {
+      if (const auto* i = std::get_if<int64_t>(&v.value)) {
+        types.push_back(ToTokenType(*i));
+      } else if (const auto* u = std::get_if<uint64_t>(&v.value)) {
+        types.push_back(ToTokenType(static_cast<int64_t>(*u)));
+      } else {
+        plain = false;
+        break;
+      }
+    }
+    if (plain) return types;
+    types.clear();
+  }
+  absl::StatusOr<std::vector<int64_t>> ints = file.GetIntArray(kKey);
+  if (!ints.ok()) return ints.status();
+  types.reserve(ints->size());
+  for (int64_t t : *ints) types.push_back(ToTokenType(t));
+  return types;
+}
+
+struct Bigram {
+  float score;
+  int32_t left;
+  int32_t right;
+  size_t size;
+};
+
+// Highest score first; on equal scores the leftmost pair (SentencePiece and
+// llama.cpp agree on this tie-break).
+struct BigramOrder {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+
+}  // namespace
+
+void Tokenizer::Impl::EncodeRun(std::string_view text, std::vector<int32_t>& out) const {
+  struct Symbol {
+    int32_t prev;
+    int32_t next;
+    size_t start;
+    size_t n;  // 0 once merged into its left neighbour
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(text.size());
+  for (size_t offs = 0; offs < text.size();) {
+    const size_t n = std::min(Utf8SequenceLength(static_cast<uint8_t>(text[offs])), text.size() - offs);
+    const int32_t index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({index - 1, offs + n == text.size() ? -1 : index + 1, offs, n});
+    offs += n;
+  }
+
+  std::vector<Bigram> storage;
+  storage.reserve(symbols.size());
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue(BigramOrder{}, std::move(storage));
+  auto try_add = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const std::string_view joined = text.substr(symbols[left].start, symbols[left].n + symbols[right].n);
+    auto it = piece_to_id.find(joined);
+    if (it == piece_to_id.end() || !Mergeable(it->second)) return;
+    queue.push({vocab.scores[it->second], left, right, joined.size()});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
+
+  while (!queue.empty()) {
+    const Bigram bigram = queue.top();
+    queue.pop();
+    Symbol& left = symbols[bigram.left];
+    Symbol& right = symbols[bigram.right];
+    // Stale entry: one side has since been merged into something else.
+    if (left.n == 0 || right.n == 0 || left.n + right.n != bigram.size) continue;
+    left.n += right.n;
+    right.n = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = bigram.left;
+    try_add(left.prev, bigram.left);
+    try_add(bigram.left, left.next);
+  }
+
+  for (int32_t i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
+    const std::string_view piece = text.substr(symbols[i].start, symbols[i].n);
+    // A merged symbol is always a piece; a single character may not be.
+    auto it = piece_to_id.find(piece);
+    if (it != piece_to_id.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    for (char c : piece) out.push_back(byte_ids[static_cast<uint8_t>(c)]);
+  }
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
+  absl::StatusOr<std::string> model = file.GetString("tokenizer.ggml.model");
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.ggml.model: ", model.status().message()));
+  }
+  if (*model != "llama") {
+    return absl::UnimplementedError(
+        absl::StrCat("tokenizer.ggml.model = \"", *model, "\" is not supported (only \"llama\")"));
+  }
+  TokenizerVocab vocab;
+  absl::StatusOr<std::vector<std::string>> pieces = file.GetStringArray("tokenizer.ggml.tokens");
+  if (!pieces.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.ggml.tokens: ", pieces.status().message()));
+  }
+  vocab.pieces = *std::move(pieces);
+  absl::StatusOr<std::vector<float>> scores =
+      Optional(file.GetFloatArray("tokenizer.ggml.scores"), std::vector<float>{});
+  if (!scores.ok()) return scores.status();
+  vocab.scores = *std::move(scores);
+  absl::StatusOr<std::vector<TokenType>> types = ReadTokenTypes(file);
+  if (!types.ok()) return types.status();
+  vocab.types = *std::move(types);
+  // Defaults are llama.cpp's for SPM vocabularies that omit the keys.
+  absl::StatusOr<int32_t> id = OptionalId(file, "tokenizer.ggml.bos_token_id", 1);
+  if (!id.ok()) return id.status();
+  vocab.bos_id = *id;
+  id = OptionalId(file, "tokenizer.ggml.eos_token_id", 2);
+  if (!id.ok()) return id.status();
+  vocab.eos_id = *id;
+  id = OptionalId(file, "tokenizer.ggml.unknown_token_id", 0);
+  if (!id.ok()) return id.status();
+  vocab.unk_id = *id;
+  id = OptionalId(file, "tokenizer.ggml.padding_token_id", -1);
+  if (!id.ok()) return id.status();
+  vocab.pad_id = *id;
+  id = OptionalId(file, "tokenizer.ggml.eot_token_id", -1);
+  if (!id.ok()) return id.status();
+  vocab.eot_id = *id;
+  absl::StatusOr<bool> flag = Optional(file.GetBool("tokenizer.ggml.add_bos_token"), true);
+  if (!flag.ok()) return flag.status();
+  vocab.add_bos = *flag;
+  flag = Optional(file.GetBool("tokenizer.ggml.add_space_prefix"), true);
+  if (!flag.ok()) return flag.status();
+  vocab.add_space_prefix = *flag;
+  return FromVocab(std::move(vocab));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab vocab) {
+  const size_t n = vocab.pieces.size();
+  if (n == 0) return absl::InvalidArgumentError("tokenizer.ggml.tokens is empty");
+  if (n > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("tokenizer.ggml.tokens has more than 2^31-1 entries");
+  }
+  if (vocab.scores.empty()) vocab.scores.assign(n, 0.0f);
+  if (vocab.types.empty()) vocab.types.assign(n, TokenType::kNormal);
+  if (vocab.scores.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.scores has ", vocab.scores.size(),
+                                                   " entries, tokenizer.ggml.tokens ", n));
+  }
+  if (vocab.types.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.token_type has ",
+                                                   vocab.types.size(), " entries, tokenizer.ggml.tokens ", n));
+  }
+  const int32_t size = static_cast<int32_t>(n);
+  const std::pair<const char*, int32_t> special_ids[] = {
+      {"tokenizer.ggml.bos_token_id", vocab.bos_id},
+      {"tokenizer.ggml.eos_token_id", vocab.eos_id},
+      {"tokenizer.ggml.unknown_token_id", vocab.unk_id},
+      {"tokenizer.ggml.padding_token_id", vocab.pad_id},
+      {"tokenizer.ggml.eot_token_id", vocab.eot_id},
+  };
+  for (const auto& [key, value] : special_ids) {
+    if (value < -1 || value >= size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " = ", value, " is outside the vocabulary of ", size));
+    }
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->vocab = std::move(vocab);
+  const TokenizerVocab& v = impl->vocab;
+  impl->piece_to_id.reserve(n);
+  for (int32_t i = 0; i < size; ++i) {
+    const std::string& piece = v.pieces[i];
+    if (piece.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.tokens[", i, "] is empty"));
+    }
+    if (!impl->piece_to_id.emplace(piece, i).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.tokens[", i, "] \"", piece,
+                                                     "\" repeats an earlier piece"));
+    }
+    const TokenType type = v.types[i];
+    if (type == TokenType::kUserDefined) impl->specials.Add(piece, i, /*always=*/true);
+    if (type == TokenType::kControl || type == TokenType::kUnknown) {
+      impl->specials.Add(piece, i, /*always=*/false);
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    auto it = impl->piece_to_id.find(std::string_view(name));
+    impl->byte_ids[b] = it != impl->piece_to_id.end() ? it->second : v.unk_id;
+  }
+
+  auto lookup = [&](std::string_view p) {
+    auto it = impl->piece_to_id.find(p);
+    return it == impl->piece_to_id.end() ? -1 : it->second;
+  };
+  impl->start_of_turn_id = lookup("<start_of_turn>");
+  impl->end_of_turn_id = lookup("<end_of_turn>");
+  auto add_eog = [&](int32_t id) {
+    if (id < 0) return;
+    for (int32_t e : impl->end_of_generation) {
+      if (e == id) return;
+    }
+    impl->end_of_generation.push_back(id);
+  };
+  add_eog(v.eos_id);
+  add_eog(v.eot_id);
+  // End-of-turn spellings of the SentencePiece-vocabulary families we serve.
+  for (std::string_view p : {"<end_of_turn>", "<eot>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<EOT>"}) {
+    add_eog(lookup(p));
+  }
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool parse_special) const {
+  const Impl& m = *impl_;
+  std::vector<int32_t> out;
+  std::vector<SpecialTokenMatcher::Fragment> fragments;
+  m.specials.Split(text, parse_special, fragments);
+
+  const bool starts_with_bos = !fragments.empty() && fragments.front().id >= 0 &&
+                               fragments.front().id == m.vocab.bos_id;
+  if (add_bos && m.vocab.add_bos && m.vocab.bos_id >= 0 && !starts_with_bos) {
+    out.push_back(m.vocab.bos_id);
+  }
+  bool after_special = true;  // the text start counts as following a special token
+  for (const SpecialTokenMatcher::Fragment& f : fragments) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+      after_special = true;
+      continue;
+    }
+    std::string run;
+    if (m.vocab.add_space_prefix && after_special) run = " ";
+    run.append(text.substr(f.begin, f.end - f.begin));
+    m.EncodeRun(ReplaceAll(run, " ", kSpaceMarker), out);
+    after_special = false;
+  }
+  return out;
+}
+
+std::string Tokenizer::TokenBytes(int32_t id, bool render_special) const {
+  const Impl& m = *impl_;
+  if (!m.InRange(id)) return "";
+  const std::string& piece = m.vocab.pieces[id];
+  switch (m.vocab.types[id]) {
+    case TokenType::kNormal:
+      return ReplaceAll(piece, kSpaceMarker, " ");
+    case TokenType::kUserDefined:
+      return piece;
+    case TokenType::kControl:
+    case TokenType::kUnknown:
+      return render_special ? piece : "";
+    case TokenType::kByte: {
+      // "<0xXX>"; anything else typed as a byte renders as nothing.
+      if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return "";
+      unsigned value = 0;
+      if (std::sscanf(piece.c_str() + 3, "%2x", &value) != 1) return "";
+      return std::string(1, static_cast<char>(value));
+    }
+    case TokenType::kUnused:
+    case TokenType::kUndefined:
+      return "";
+  }
+  return "";
+}
+
+absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, bool render_special) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!impl_->InRange(ids[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at position ", i,
+                                                     " is outside [0, ", vocab_size(), ")"));
+    }
+    std::string bytes = TokenBytes(ids[i], render_special);
+    // llama.cpp drops the space the encoder prefixed, from the first piece only.
+    if (i == 0 && impl_->vocab.add_space_prefix && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+    out += bytes;
+  }
+  return out;
+}
+
+int32_t Tokenizer::vocab_size() const { return impl_->size(); }
+int32_t Tokenizer::bos_id() const { return impl_->vocab.bos_id; }
+int32_t Tokenizer::eos_id() const { return impl_->vocab.eos_id; }
+const std::vector<int32_t>& Tokenizer::end_of_generation_ids() const { return impl_->end_of_generation; }
+
+bool Tokenizer::IsEndOfGeneration(int32_t id) const {
+  for (int32_t e : impl_->end_of_generation) {
+    if (e == id) return true;
+  }
+  return false;
+}
+
+TokenType Tokenizer::type(int32_t id) const {
+  return impl_->InRange(id) ? impl_->vocab.types[id] : TokenType::kUndefined;
+}
+
+const std::string& Tokenizer::piece(int32_t id) const {
+  static const std::string kEmpty;
+  return impl_->InRange(id) ? impl_->vocab.pieces[id] : kEmpty;
+}
+
+int32_t Tokenizer::PieceToId(std::string_view piece) const {
+  auto it = impl_->piece_to_id.find(piece);
+  return it == impl_->piece_to_id.end() ? -1 : it->second;
+}
+
+}  // namespace decoded

@@ -1,0 +1,42 @@
+// Internal state of Tokenizer shared by its .cc files (not a public header).
+#ifndef DECODED_ENGINE_TOKENIZER_TOKENIZER_IMPL_H_
+#define DECODED_ENGINE_TOKENIZER_TOKENIZER_IMPL_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/tokenizer/special_token_matcher.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace decoded {
+
+struct Tokenizer::Impl {
+  TokenizerVocab vocab;  // pieces/scores/types always vocab_size long
+  // Keys view into vocab.pieces, which never changes after construction.
+  absl::flat_hash_map<std::string_view, int32_t> piece_to_id;
+  // Whether BPE may merge into the piece: normal and user-defined pieces, as
+  // in SentencePiece (control, unknown, unused and byte pieces never come out
+  // of a merge, so "<eos>" typed as plain text stays plain text).
+  bool Mergeable(int32_t id) const {
+    const TokenType t = vocab.types[id];
+    return t == TokenType::kNormal || t == TokenType::kUserDefined;
+  }
+  int32_t byte_ids[256];  // <0xXX> piece per byte, unk_id where absent
+  SpecialTokenMatcher specials;
+  std::vector<int32_t> end_of_generation;
+  int32_t start_of_turn_id = -1;
+  int32_t end_of_turn_id = -1;
+
+  int32_t size() const { return static_cast<int32_t>(vocab.pieces.size()); }
+  bool InRange(int32_t id) const { return id >= 0 && id < size(); }
+
+  // Appends the SentencePiece-BPE encoding of one run of (already escaped)
+  // text to `out`.
+  void EncodeRun(std::string_view text, std::vector<int32_t>& out) const;
+};
+
+}  // namespace decoded
+
+#endif  // DECODED_ENGINE_TOKENIZER_TOKENIZER_IMPL_H_

@@ -1,0 +1,354 @@
+#include "engine/sampling/sampler.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+// Counts heap allocations so a test can check that Sample() reuses its
+// scratch after the first call. (GCC cannot see that the replaced new and
+// delete below pair malloc with free.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace decoded {
+namespace {
+
+SamplingParams Params(float temperature, uint64_t seed = 1) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.seed = seed;
+  return p;
+}
+
+// Logits whose softmax is exactly `probs` (up to float rounding).
+std::vector<float> LogitsOf(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
+  return l;
+}
+
+std::vector<float> PseudoRandomLogits(int n, uint32_t seed) {
+  std::vector<float> l(n);
+  uint32_t s = seed;
+  for (float& v : l) {
+    s = s * 1664525u + 1013904223u;  // Numerical Recipes LCG: independent of the sampler's RNG
+    v = static_cast<float>(s >> 8) / static_cast<float>(1 << 24) * 8.0f - 4.0f;
+  }
+  return l;
+}
+
+std::vector<int32_t> Draws(const SamplingParams& p, const std::vector<float>& logits, int n) {
+  Sampler s(p, static_cast<int32_t>(logits.size()));
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(s.Sample(logits).id);
+  return out;
+}
+
+TEST(SamplerTest, GreedyPicksTheLargestLogit) {
+  Sampler s(Params(0.0f), 5);
+  EXPECT_EQ(s.Sample(std::vector<float>{0.1f, 2.5f, -1.0f, 2.4f, 0.0f}).id, 1);
+  EXPECT_EQ(s.Sample(std::vector<float>{-3.0f, -2.0f, -9.0f}).id, 1);
+}
+
+TEST(SamplerTest, GreedyBreaksTiesTowardTheLowerId) {
+  Sampler s(Params(0.0f), 4);
+  EXPECT_EQ(s.Sample(std::vector<float>{1.0f, 3.0f, 3.0f, 2.0f}).id, 1);
+}
+
+TEST(SamplerTest, GreedyOnVocabularySizedRowFindsPlantedMaximum) {
+  std::vector<float> logits = PseudoRandomLogits(262144, 7);
+  logits[200001] = 5.0f;  // above the generator's range [-4, 4)
+  Sampler s(Params(0.0f), 262144);
+  EXPECT_EQ(s.Sample(logits).id, 200001);
+}
+
+TEST(SamplerTest, NanLogitsAreNeverChosen) {
+  const float nan = std::nanf("");
+  Sampler s(Params(0.0f), 3);
+  EXPECT_EQ(s.Sample(std::vector<float>{nan, 1.0f, nan}).id, 1);
+  const std::vector<int32_t> draws = Draws(Params(1.0f), {nan, 0.0f, nan, 0.0f}, 200);
+  for (int32_t id : draws) EXPECT_TRUE(id == 1 || id == 3) << id;
+}
+
+TEST(SamplerTest, SameSeedGivesSameSequence) {
+  const std::vector<float> logits = PseudoRandomLogits(1000, 3);
+  EXPECT_EQ(Draws(Params(1.0f, 42), logits, 64), Draws(Params(1.0f, 42), logits, 64));
+}
+
+TEST(SamplerTest, DifferentSeedsGiveDifferentSequences) {
+  const std::vector<float> logits(1000, 0.0f);  // uniform: 64 equal draws have chance 1000^-64
+  EXPECT_NE(Draws(Params(1.0f, 42), logits, 64), Draws(Params(1.0f, 43), logits, 64));
+}
+
+TEST(SamplerTest, TopKOfOneEqualsGreedy) {
+  const std::vector<float> logits = PseudoRandomLogits(5000, 11);
+  Sampler greedy(Params(0.0f), 5000);
+  const int32_t argmax = greedy.Sample(logits).id;
+  SamplingParams p = Params(1.5f, 9);
+  p.top_k = 1;
+  for (int32_t id : Draws(p, logits, 200)) EXPECT_EQ(id, argmax);
+}
+
+TEST(SamplerTest, TopKRestrictsDrawsToTheKBest) {
+  // Flat logits except three clear leaders; top_k = 3 must never leave them.
+  std::vector<float> logits(100, 0.0f);
+  logits[10] = 0.3f;
+  logits[50] = 0.2f;
+  logits[90] = 0.1f;
+  SamplingParams p = Params(1.0f, 5);
+  p.top_k = 3;
+  std::vector<int> seen(100, 0);
+  for (int32_t id : Draws(p, logits, 3000)) ++seen[id];
+  for (int i = 0; i < 100; ++i) {
+    if (i == 10 || i == 50 || i == 90) {
+      EXPECT_GT(seen[i], 0) << i;
+    } else {
+      EXPECT_EQ(seen[i], 0) << i;
+    }
+  }
+}
+
+TEST(SamplerTest, TinyTopPKeepsOnlyTheTopToken) {
+  const std::vector<float> logits = PseudoRandomLogits(262144, 5);
+  Sampler greedy(Params(0.0f), 262144);
+  const int32_t argmax = greedy.Sample(logits).id;
+  SamplingParams p = Params(1.0f, 3);
+  p.top_p = 1e-6f;
+  for (int32_t id : Draws(p, logits, 20)) EXPECT_EQ(id, argmax);
+}
+
+TEST(SamplerTest, TopPKeepsTheSmallestPrefixReachingP) {
+  const std::vector<float> logits = LogitsOf({0.05, 0.5, 0.15, 0.3});  // sorted: 1, 3, 2, 0
+  SamplingParams p = Params(1.0f, 8);
+  p.top_p = 0.75f;  // 0.5 < 0.75 <= 0.8 -> {1, 3}
+  std::vector<int> seen(4, 0);
+  for (int32_t id : Draws(p, logits, 4000)) ++seen[id];
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[3], 0);
+  EXPECT_EQ(seen[2], 0);
+  EXPECT_EQ(seen[0], 0);
+  p.top_p = 0.85f;  // 0.8 < 0.85 <= 0.95 -> {1, 3, 2}
+  seen.assign(4, 0);
+  for (int32_t id : Draws(p, logits, 4000)) ++seen[id];
+  EXPECT_GT(seen[2], 0);
+  EXPECT_EQ(seen[0], 0);
+}
+
+TEST(SamplerTest, TopPWithoutTopKOnLargeVocabularyKeepsAWideNucleus) {
+  // 262144 equal logits: top_p = 0.5 keeps the first half (ties -> lower ids),
+  // which needs several growth rounds of the sorted prefix.
+  const std::vector<float> logits(262144, 0.0f);
+  SamplingParams p = Params(1.0f, 21);
+  p.top_p = 0.5f;
+  for (int32_t id : Draws(p, logits, 10)) EXPECT_LT(id, 131073);
+}
+
+TEST(SamplerTest, MinPDropsTokensBelowTheFractionOfTheBest) {
+  const std::vector<float> logits = LogitsOf({0.5, 0.3, 0.15, 0.05});
+  SamplingParams p = Params(1.0f, 4);
+  p.min_p = 0.2f;  // threshold 0.1: keeps 0, 1, 2
+  std::vector<int> seen(4, 0);
+  for (int32_t id : Draws(p, logits, 4000)) ++seen[id];
+  EXPECT_GT(seen[2], 0);
+  EXPECT_EQ(seen[3], 0);
+  p.min_p = 0.5f;  // threshold 0.25: keeps 0, 1
+  seen.assign(4, 0);
+  for (int32_t id : Draws(p, logits, 4000)) ++seen[id];
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen[2], 0);
+  EXPECT_EQ(seen[3], 0);
+}
+
+// Pearson chi-square of `n` draws against the softmax of logits / temperature,
+// the expected probabilities computed here in double with std::exp.
+double ChiSquare(const std::vector<float>& logits, float temperature, float draw_temperature, int n,
+                 uint64_t seed) {
+  std::vector<double> expected(logits.size());
+  double z = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) z += expected[i] = std::exp(logits[i] / temperature);
+  std::vector<int> seen(logits.size(), 0);
+  for (int32_t id : Draws(Params(draw_temperature, seed), logits, n)) ++seen[id];
+  double chi2 = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double e = n * expected[i] / z;
+    chi2 += (seen[i] - e) * (seen[i] - e) / e;
+  }
+  return chi2;
+}
+
+// 6 categories -> 5 degrees of freedom; the 0.9999 quantile of chi^2(5) is
+// 25.745 (standard tables, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.4), so a
+// correct sampler fails this with probability 1e-4 per seed, and the seeds are
+// fixed. A sampler at the wrong temperature scores in the thousands (checked
+// below), so the bound is far from what distinguishes right from wrong.
+constexpr double kChi2Df5Quantile9999 = 25.745;
+
+TEST(SamplerTest, EmpiricalFrequenciesAtTemperatureOneMatchSoftmax) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 2.0f};
+  EXPECT_LT(ChiSquare(logits, 1.0f, 1.0f, 200000, 12345), kChi2Df5Quantile9999);
+}
+
+TEST(SamplerTest, EmpiricalFrequenciesAtTemperatureHalfMatchSharpenedSoftmax) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 2.0f};
+  EXPECT_LT(ChiSquare(logits, 0.5f, 0.5f, 200000, 777), kChi2Df5Quantile9999);
+}
+
+TEST(SamplerTest, ChiSquareDetectsAWrongTemperature) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 2.0f};
+  EXPECT_GT(ChiSquare(logits, 1.0f, 0.8f, 200000, 12345), 100 * kChi2Df5Quantile9999);
+}
+
+TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  SamplingParams p = Params(0.0f);
+  p.repetition_penalty = 2.0f;
+  Sampler s(p, 4);
+  s.Accept(0);
+  s.Accept(1);
+  s.Accept(1);  // count does not matter for the repetition penalty
+  std::vector<float> logits = {3.0f, -1.5f, 1.0f, -2.0f};
+  s.ApplyPenalties(absl::MakeSpan(logits));
+  EXPECT_EQ(logits, (std::vector<float>{1.5f, -3.0f, 1.0f, -2.0f}));
+}
+
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesSubtractPerCount) {
+  SamplingParams p = Params(0.0f);
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p, 3);
+  s.Accept(0);
+  s.Accept(2);
+  s.Accept(2);
+  s.Accept(2);
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f};
+  s.ApplyPenalties(absl::MakeSpan(logits));
+  // id 0: 1 - 0.5 - 0.25*1; id 2: 1 - 0.5 - 0.25*3.
+  EXPECT_EQ(logits, (std::vector<float>{0.25f, 1.0f, -0.25f}));
+}
+
+TEST(SamplerTest, PenaltiesChangeTheGreedyChoice) {
+  SamplingParams p = Params(0.0f);
+  p.frequency_penalty = 0.6f;
+  Sampler s(p, 2);
+  const std::vector<float> logits = {3.0f, 2.0f};
+  EXPECT_EQ(s.Sample(logits).id, 0);
+  s.Accept(0);
+  EXPECT_EQ(s.Sample(logits).id, 0);  // 2.4 > 2
+  s.Accept(0);
+  EXPECT_EQ(s.Sample(logits).id, 1);  // 1.8 < 2
+}
+
+TEST(SamplerTest, LogprobsAreTheRawLogSoftmaxEvenWithPenalties) {
+  SamplingParams p = Params(0.0f);
+  p.repetition_penalty = 3.0f;
+  p.top_logprobs = 3;
+  Sampler s(p, 5);
+  s.Accept(3);
+  const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 2.5f, 1.0f};
+  double z = 0.0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  const SampleResult r = s.Sample(logits);
+  EXPECT_EQ(r.id, 2);  // 2.5 / 3 < 2.0
+  EXPECT_NEAR(r.logprob, 2.0 - std::log(z), 1e-5);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[0].id, 3);
+  EXPECT_NEAR(r.top[0].logprob, 2.5 - std::log(z), 1e-5);
+  EXPECT_EQ(r.top[1].id, 2);
+  EXPECT_EQ(r.top[2].id, 4);
+  EXPECT_NEAR(r.top[2].logprob, 1.0 - std::log(z), 1e-5);
+}
+
+TEST(SamplerTest, LogprobOverVocabularySizedRowMatchesDoubleReference) {
+  const std::vector<float> logits = PseudoRandomLogits(262144, 99);
+  double max = -1e30;
+  for (float l : logits) max = std::max<double>(max, l);
+  double z = 0.0;
+  for (float l : logits) z += std::exp(l - max);
+  Sampler s(Params(1.0f, 2), 262144);
+  const SampleResult r = s.Sample(logits);
+  EXPECT_NEAR(r.logprob, logits[r.id] - max - std::log(z), 1e-5);
+}
+
+TEST(SamplerTest, SampleDoesNotAllocateAfterTheFirstCall) {
+  const std::vector<float> logits = PseudoRandomLogits(262144, 1);
+  for (float temperature : {0.0f, 0.8f}) {
+    SamplingParams p = Params(temperature, 5);
+    p.top_k = 40;
+    p.top_p = 0.9f;
+    p.min_p = 0.05f;
+    p.repetition_penalty = 1.1f;
+    Sampler s(p, 262144);
+    s.Accept(3);
+    s.Sample(logits);
+    const long before = g_allocations.load();
+    for (int i = 0; i < 5; ++i) s.Sample(logits);
+    EXPECT_EQ(g_allocations.load() - before, 0) << "temperature " << temperature;
+  }
+}
+
+TEST(SamplerTest, EmptyLogitsYieldNoToken) {
+  Sampler s(Params(1.0f), 0);
+  EXPECT_EQ(s.Sample({}).id, -1);
+}
+
+struct InvalidCase {
+  const char* field;
+  void (*corrupt)(SamplingParams&);
+};
+
+TEST(ValidateSamplingParamsTest, DefaultsAreValid) {
+  EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}).ok());
+  SamplingParams edge;
+  edge.temperature = 2.0f;
+  edge.top_k = 50;
+  edge.top_p = 1.0f;
+  edge.min_p = 0.0f;
+  edge.presence_penalty = -2.0f;
+  edge.frequency_penalty = 2.0f;
+  edge.top_logprobs = 20;
+  EXPECT_TRUE(ValidateSamplingParams(edge).ok());
+}
+
+TEST(ValidateSamplingParamsTest, EachInvalidFieldIsNamed) {
+  const InvalidCase cases[] = {
+      {"temperature", [](SamplingParams& p) { p.temperature = -0.1f; }},
+      {"temperature", [](SamplingParams& p) { p.temperature = INFINITY; }},
+      {"temperature", [](SamplingParams& p) { p.temperature = NAN; }},
+      {"top_k", [](SamplingParams& p) { p.top_k = -1; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = 0.0f; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = 1.01f; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = NAN; }},
+      {"min_p", [](SamplingParams& p) { p.min_p = -0.01f; }},
+      {"min_p", [](SamplingParams& p) { p.min_p = 1.0f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0.0f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = -1.0f; }},
+      {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = 2.5f; }},
+      {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = NAN; }},
+      {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = -2.01f; }},
+      {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = -1; }},
+      {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = 21; }},
+  };
+  for (const InvalidCase& c : cases) {
+    SamplingParams p;
+    c.corrupt(p);
+    const absl::Status st = ValidateSamplingParams(p);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(std::string(st.message()).find(c.field), std::string::npos) << st.message();
+  }
+}
+
+}  // namespace
+}  // namespace decoded
