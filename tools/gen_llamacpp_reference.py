@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Records llama.cpp's greedy decode of the real Gemma 3 270M Q4_K_M model as an independent reference.
+
+Runs llama.cpp through llama-cpp-python on the GGUF that scripts/fetch_model.sh provides, with
+  n_threads=2, n_ctx=512, logits_all=True, one sequence, fixed seed, F32 KV cache, flash attention off,
+and for each prompt
+  - tokenizes with add_bos=True, special=True (so "<start_of_turn>" etc. become control tokens),
+  - prefills the prompt, then greedy-decodes N tokens one at a time: next id = argmax of the *raw* logits row
+    (no temperature, no penalties, no sampler chain at all; np.argmax takes the lowest id on an exact tie),
+    never stopping early (EOS / <end_of_turn> are recorded and fed back like any other token),
+  - records the prompt ids, the generated ids, the top-40 (id, logit) pairs of the raw logits for the first 4
+    generated positions, and the detokenized text.
+It also records tokenizer cases (text -> ids, with and without special-token parsing) and runs every prompt twice
+to check that the decode is reproducible.
+
+Writes tests/data/gemma3_270m_llamacpp.json (see docs/reference-data.md for the layout).
+Interpreter: `python3` (pyenv CPython 3.11) with tools/requirements-reference.txt installed.
+Usage: python3 tools/gen_llamacpp_reference.py [--model PATH] [--out PATH] [--n-gen 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import llama_cpp
+except ImportError as exc:
+    sys.exit(f"gen_llamacpp_reference: missing dependency ({exc}); pip install -r tools/requirements-reference.txt")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+N_CTX = 512
+N_THREADS = 2
+SEED = 1234
+TOP_K_RECORDED = 40
+TOP_POSITIONS = 4
+
+
+def chat(user: str) -> str:
+    """Gemma's chat format for one user turn, ending where the model's reply starts (no BOS: add_bos adds it)."""
+    return f"<start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n"
+
+
+PROMPTS = [
+    {"name": "plain_capital", "text": "The capital of France is"},
+    {"name": "plain_story", "text": "Once upon a time, in a small village at the edge of the forest,"},
+    {"name": "chat_haiku", "text": chat("Write a haiku about the sea.")},
+    {"name": "chat_math", "text": chat("What is 12 times 7? Answer with just the number.")},
+    {"name": "code_python", "text": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"},
+    {"name": "unicode_mixed", "text": "Café naïve — 東京タワー 🙂 and numbers 1234567 + 89 ="},
+    {"name": "list_format", "text": "Three primary colors:\n1."},
+]
+
+# Strings for tokenizer tests: spaces, tabs, newlines, bytes fallback, digits, specials written inline.
+TOKENIZER_CASES = [
+    "Hello world",
+    " Hello  world ",
+    "   leading and trailing   ",
+    "tab\tseparated\tvalues",
+    "line one\nline two\n\nline four",
+    "naïve café — 東京 🙂",
+    "1234567890 3.14159 -42",
+    "<start_of_turn>user\nhi<end_of_turn>\n",
+    "<bos>already has bos",
+    "don't stop-me now!!!",
+    "\u00a0non-breaking\u2009thin space",
+    "🙂🙂🙂",
+]
+
+
+def model_path_from_fetch_script() -> Path:
+    out = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "fetch_model.sh")], check=True,
+                         capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def f32(x: float) -> float:
+    """Shortest decimal that parses back to the same float32."""
+    return float(str(np.float32(x)))
+
+
+def open_model(path: Path) -> "llama_cpp.Llama":
+    return llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=N_CTX,
+        n_batch=N_CTX,
+        n_threads=N_THREADS,
+        n_threads_batch=N_THREADS,
+        logits_all=True,
+        seed=SEED,
+        type_k=llama_cpp.GGML_TYPE_F32,
+        type_v=llama_cpp.GGML_TYPE_F32,
+        flash_attn=False,
+        verbose=False,
+    )
+
+
+def greedy(llm: "llama_cpp.Llama", prompt_ids: list[int], n_gen: int) -> tuple[list[int], list[np.ndarray]]:
+    """Prefill + greedy decode on a fresh context; returns generated ids and the raw logits row of each step."""
+    llm.reset()  # n_tokens = 0; eval() then drops every cached position >= n_tokens before decoding
+    llm.eval(prompt_ids)
+    generated: list[int] = []
+    rows: list[np.ndarray] = []
+    for _ in range(n_gen):
+        row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32, copy=True)
+        tok = int(np.argmax(row))
+        rows.append(row)
+        generated.append(tok)
+        llm.eval([tok])
+    return generated, rows
+
+
+def top_k(row: np.ndarray, k: int) -> list[list]:
+    # Stable sort on (-logit, id) so equal logits list the lower id first.
+    order = np.lexsort((np.arange(row.size), -row))[:k]
+    return [[int(i), f32(row[i])] for i in order]
+
+
+def piece(llm: "llama_cpp.Llama", tok: int) -> str:
+    return llm.detokenize([tok], special=True).decode("utf-8", errors="backslashreplace")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=None, help="GGUF path (default: output of scripts/fetch_model.sh)")
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "data" / "gemma3_270m_llamacpp.json")
+    ap.add_argument("--n-gen", type=int, default=32)
+    args = ap.parse_args()
+
+    model_path = args.model or model_path_from_fetch_script()
+    llm = open_model(model_path)
+    eos = int(llm.token_eos())
+    bos = int(llm.token_bos())
+
+    cases = []
+    for spec in PROMPTS:
+        prompt_ids = [int(t) for t in llm.tokenize(spec["text"].encode("utf-8"), add_bos=True, special=True)]
+        if len(prompt_ids) + args.n_gen > N_CTX:
+            raise SystemExit(f"prompt {spec['name']} too long for n_ctx {N_CTX}")
+        generated, rows = greedy(llm, prompt_ids, args.n_gen)
+        again, rows2 = greedy(llm, prompt_ids, args.n_gen)
+        if again != generated:
+            raise SystemExit(f"prompt {spec['name']}: llama.cpp decode is not reproducible: {generated} vs {again}")
+        rerun_diff = max(float(np.abs(a - b).max()) for a, b in zip(rows, rows2))
+        top2_gaps = [float(np.sort(r)[-1] - np.sort(r)[-2]) for r in rows]
+        text = llm.detokenize(generated, special=True).decode("utf-8", errors="backslashreplace")
+        cases.append({
+            "name": spec["name"],
+            "prompt": spec["text"],
+            "prompt_ids": prompt_ids,
+            "generated_ids": generated,
+            "generated_pieces": [piece(llm, t) for t in generated],
+            "generated_text": text,
+            "top_logits": [{"step": s, "top": top_k(rows[s], TOP_K_RECORDED)} for s in range(TOP_POSITIONS)],
+            "argmax_logit": [f32(r.max()) for r in rows],
+            # Per step: a small gap marks where a correct engine with different (but valid) rounding may pick
+            # another token; compare ids only up to the first step whose gap is below the test's tolerance.
+            "top1_top2_gap": [f32(g) for g in top2_gaps],
+            "rerun_max_abs_diff": rerun_diff,
+            "eos_positions": [i for i, t in enumerate(generated) if t == eos],
+        })
+        print(f"[{spec['name']}] {len(prompt_ids)} prompt tokens -> {generated[:12]}... {text[:60]!r} "
+              f"(min gap {min(top2_gaps):.4f}, rerun diff {rerun_diff:.1e})")
+
+    tokenizer_cases = []
+    for text in TOKENIZER_CASES:
+        b = text.encode("utf-8")
+        tokenizer_cases.append({
+            "text": text,
+            "ids_add_bos_special": [int(t) for t in llm.tokenize(b, add_bos=True, special=True)],
+            "ids_no_bos_special": [int(t) for t in llm.tokenize(b, add_bos=False, special=True)],
+            "ids_no_bos_plain": [int(t) for t in llm.tokenize(b, add_bos=False, special=False)],
+        })
+
+    md = llm.metadata
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    ggml_libs = sorted(p.name for p in lib_dir.glob("libggml-base.so.*")) if lib_dir.is_dir() else []
+    doc = {
+        "description": ("llama.cpp (via llama-cpp-python) greedy decode of Gemma 3 270M Q4_K_M: argmax over raw "
+                        "logits, no sampler, no penalties, no early stop"),
+        "generator": "tools/gen_llamacpp_reference.py",
+        "versions": {
+            "python": sys.version.split()[0],
+            "llama_cpp_python": llama_cpp.__version__,
+            "llama_cpp": llama_cpp.llama_version().decode() if hasattr(llama_cpp, "llama_version") else None,
+            "ggml_lib": ggml_libs[-1] if ggml_libs else None,
+            "numpy": np.__version__,
+            "system_info": llama_cpp.llama_print_system_info().decode().strip(),
+        },
+        "model": {
+            "file": model_path.name,
+            "size": model_path.stat().st_size,
+            "sha256": sha256_file(model_path),
+            "n_vocab": int(llm.n_vocab()),
+            "bos_id": bos,
+            "eos_id": eos,
+            "metadata": {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")},
+        },
+        "settings": {
+            "n_ctx": N_CTX, "n_batch": N_CTX, "n_threads": N_THREADS, "seed": SEED, "logits_all": True,
+            "kv_cache_type": "f32", "flash_attn": False, "n_gen": args.n_gen,
+            "tokenize": "add_bos=True, special=True", "selection": "np.argmax over the raw logits row",
+            "top_logits": f"top {TOP_K_RECORDED} (id, logit) of the raw logits row for generated steps "
+                          f"0..{TOP_POSITIONS - 1}; step s is the row that produced generated_ids[s] "
+                          f"(step 0 = last prompt position)",
+        },
+        "cases": cases,
+        "tokenizer_cases": tokenizer_cases,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out} ({args.out.stat().st_size} B)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
