@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The main job on a fresh Debian 12 machine: install what is missing, build,
+# start the decoded daemon on the default model (Gemma 3 270M Q4_K_M), stream a
+# reply to a prompt through decoded-cli, then stop the daemon.
+#
+#   scripts/run.sh ["prompt text"]        (default prompt below)
+# Environment: DECODED_LISTEN (127.0.0.1:50051), DECODED_THREADS (2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prompt="${1:-The three most important ideas in computer science are}"
+listen="${DECODED_LISTEN:-127.0.0.1:50051}"
+
+scripts/setup.sh
+model="$(scripts/fetch_model.sh)"
+BUILD_DIR=build scripts/build.sh
+
+build/server/decoded --model "$model" --listen "$listen" --metrics_listen "" \
+  --threads "${DECODED_THREADS:-2}" 2>build/decoded.log &
+daemon=$!
+trap 'kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true' EXIT
+
+# The daemon answers once the model is loaded and warmed up.
+for _ in $(seq 120); do
+  build/client/decoded-cli --server "$listen" --info >/dev/null 2>&1 && break
+  kill -0 "$daemon" 2>/dev/null || { cat build/decoded.log >&2; exit 1; }
+  sleep 0.5
+done
+build/client/decoded-cli --server "$listen" --prompt "$prompt" --max_new_tokens 64
