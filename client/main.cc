@@ -1,0 +1,237 @@
+// decoded-cli: a command-line client of the decoded daemon.
+//
+//   decoded-cli --prompt "Once upon a time" --max_new_tokens 64
+//   decoded-cli --chat                       (user lines from stdin, one stream)
+//   decoded-cli --prompt TEXT --eval_logprobs --top_logprobs 5   (JSON per token)
+//   decoded-cli --perplexity FILE            (JSON with the file's perplexity)
+//   decoded-cli --tokenize --prompt TEXT | decoded-cli --info
+//
+// Errors print the server's status to stderr and exit 1.
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/turn_stream.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "proto/decoded.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "daemon address");
+ABSL_FLAG(std::string, auth_token, "", "bearer token, if the daemon requires one");
+ABSL_FLAG(std::string, prompt, "", "prompt text (one turn)");
+ABSL_FLAG(bool, chat, false, "multi-turn chat: read user lines from stdin");
+ABSL_FLAG(bool, eval_logprobs, false, "print one JSON object per generated token");
+ABSL_FLAG(std::string, perplexity, "", "print the perplexity of this text file");
+ABSL_FLAG(bool, tokenize, false, "print the token ids of --prompt");
+ABSL_FLAG(bool, info, false, "print the served model's facts");
+ABSL_FLAG(int, max_new_tokens, 256, "tokens to generate per turn");
+ABSL_FLAG(float, temperature, 0.0f, "0 = greedy");
+ABSL_FLAG(int, top_k, 0, "0 = off");
+ABSL_FLAG(float, top_p, 1.0f, "(0, 1]");
+ABSL_FLAG(float, min_p, 0.0f, "[0, 1)");
+ABSL_FLAG(float, repetition_penalty, 1.0f, "1 = off");
+ABSL_FLAG(float, presence_penalty, 0.0f, "[-2, 2]");
+ABSL_FLAG(float, frequency_penalty, 0.0f, "[-2, 2]");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(int, top_logprobs, 0, "alternatives per token (with --eval_logprobs)");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "comma-separated stop sequences");
+ABSL_FLAG(bool, ignore_eos, false, "do not stop at end-of-generation tokens");
+
+namespace decoded::client {
+namespace {
+
+class Client {
+ public:
+  explicit Client(std::shared_ptr<grpc::Channel> channel)
+      : stub_(v1::Decoder::NewStub(channel)), token_(absl::GetFlag(FLAGS_auth_token)) {}
+
+  void Authorize(grpc::ClientContext* ctx) const {
+    if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  }
+
+  absl::StatusOr<v1::ModelInfo> Info() {
+    grpc::ClientContext ctx;
+    Authorize(&ctx);
+    v1::ModelInfo info;
+    absl::Status s = FromGrpc(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info));
+    if (!s.ok()) return s;
+    return info;
+  }
+
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text, bool add_bos, bool parse_special) {
+    grpc::ClientContext ctx;
+    Authorize(&ctx);
+    v1::TokenizeRequest req;
+    req.set_text(text);
+    req.set_add_bos(add_bos);
+    req.set_parse_special(parse_special);
+    v1::TokenizeResponse resp;
+    absl::Status s = FromGrpc(stub_->Tokenize(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    return std::vector<int32_t>(resp.ids().begin(), resp.ids().end());
+  }
+
+  v1::Decoder::Stub* stub() { return stub_.get(); }
+  const std::string& token() const { return token_; }
+
+ private:
+  std::unique_ptr<v1::Decoder::Stub> stub_;
+  std::string token_;
+};
+
+// The sampling and stopping flags as a turn without input.
+v1::Turn TurnFromFlags() {
+  v1::Turn turn;
+  v1::SamplingParams* s = turn.mutable_sampling();
+  s->set_temperature(absl::GetFlag(FLAGS_temperature));
+  s->set_top_k(absl::GetFlag(FLAGS_top_k));
+  s->set_top_p(absl::GetFlag(FLAGS_top_p));
+  s->set_min_p(absl::GetFlag(FLAGS_min_p));
+  s->set_repetition_penalty(absl::GetFlag(FLAGS_repetition_penalty));
+  s->set_presence_penalty(absl::GetFlag(FLAGS_presence_penalty));
+  s->set_frequency_penalty(absl::GetFlag(FLAGS_frequency_penalty));
+  s->set_seed(absl::GetFlag(FLAGS_seed));
+  s->set_top_logprobs(absl::GetFlag(FLAGS_top_logprobs));
+  v1::StoppingCriteria* st = turn.mutable_stopping();
+  st->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) st->add_stop_sequences(stop);
+  st->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  return turn;
+}
+
+void PrintTurnStats(const v1::TurnEnd& end) {
+  std::cerr << "\n[" << v1::FinishReason_Name(end.finish_reason()) << "] prompt " << end.usage().prompt_tokens()
+            << " tok, generated " << end.usage().generated_tokens() << " tok, ttft " << end.timings().ttft_ms()
+            << " ms, " << end.timings().mean_inter_token_ms() << " ms/token\n";
+}
+
+void PrintText(const v1::TokenEvent& t) { std::cout << t.text() << std::flush; }
+
+void PrintJson(const v1::TokenEvent& t) {
+  nlohmann::json j = {{"id", t.id()}, {"text", t.text()}, {"logprob", t.logprob()}};
+  nlohmann::json top = nlohmann::json::array();
+  for (const v1::TokenLogprob& alt : t.top_logprobs()) {
+    top.push_back({{"id", alt.id()}, {"text", alt.text()}, {"logprob", alt.logprob()}});
+  }
+  j["top_logprobs"] = top;
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
+}
+
+absl::Status RunPrompt(Client& client) {
+  TurnStream stream(client.stub(), client.token());
+  v1::Turn turn = TurnFromFlags();
+  turn.set_text(absl::GetFlag(FLAGS_prompt));
+  const bool json = absl::GetFlag(FLAGS_eval_logprobs);
+  absl::StatusOr<v1::TurnEnd> end = stream.Run(turn, json ? PrintJson : PrintText);
+  if (!end.ok()) return end.status();
+  if (!json) std::cout << "\n";
+  PrintTurnStats(*end);
+  return stream.Close();
+}
+
+absl::Status RunChat(Client& client) {
+  TurnStream stream(client.stub(), client.token());
+  std::string line;
+  std::cerr << "> " << std::flush;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) {
+      std::cerr << "> " << std::flush;
+      continue;
+    }
+    v1::Turn turn = TurnFromFlags();
+    v1::ChatMessage* m = turn.mutable_messages()->add_messages();
+    m->set_role("user");
+    m->set_content(line);
+    absl::StatusOr<v1::TurnEnd> end = stream.Run(turn, PrintText);
+    if (!end.ok()) return end.status();
+    std::cout << "\n";
+    PrintTurnStats(*end);
+    std::cerr << "> " << std::flush;
+  }
+  return stream.Close();
+}
+
+// Perplexity = exp(mean negative log-likelihood) of the file's tokens, each
+// chunk scored in a fresh session as BOS + chunk (chunk = context - 1 tokens).
+absl::Status RunPerplexity(Client& client, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read " + path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  absl::StatusOr<v1::ModelInfo> info = client.Info();
+  if (!info.ok()) return info.status();
+  absl::StatusOr<std::vector<int32_t>> ids = client.Tokenize(buf.str(), false, false);
+  if (!ids.ok()) return ids.status();
+  if (ids->empty()) return absl::InvalidArgumentError(path + " has no tokens");
+  const size_t chunk = static_cast<size_t>(std::max(1, info->session_context_length() - 1));
+  double nll = 0;
+  int64_t scored = 0;
+  int chunks = 0;
+  for (size_t begin = 0; begin < ids->size(); begin += chunk) {
+    const size_t end = std::min(ids->size(), begin + chunk);
+    v1::Turn turn;
+    turn.mutable_tokens()->add_ids(info->bos_id());
+    for (size_t i = begin; i < end; ++i) turn.mutable_tokens()->add_ids((*ids)[i]);
+    turn.mutable_stopping()->set_max_new_tokens(0);
+    turn.set_prompt_logprobs(true);
+    TurnStream stream(client.stub(), client.token());
+    absl::StatusOr<v1::TurnEnd> result = stream.Run(turn, [](const v1::TokenEvent&) {});
+    if (!result.ok()) return result.status();
+    for (float lp : result->prompt_logprobs()) nll -= lp;
+    scored += result->prompt_logprobs_size();
+    ++chunks;
+    if (absl::Status s = stream.Close(); !s.ok()) return s;
+  }
+  nlohmann::json j = {{"file", path},
+                      {"tokens", scored},
+                      {"chunks", chunks},
+                      {"mean_nll", nll / scored},
+                      {"perplexity", std::exp(nll / scored)}};
+  std::cout << j.dump() << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Main() {
+  Client client(grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials()));
+  if (absl::GetFlag(FLAGS_info)) {
+    absl::StatusOr<v1::ModelInfo> info = client.Info();
+    if (!info.ok()) return info.status();
+    std::cout << info->DebugString();
+    return absl::OkStatus();
+  }
+  if (absl::GetFlag(FLAGS_tokenize)) {
+    absl::StatusOr<std::vector<int32_t>> ids = client.Tokenize(absl::GetFlag(FLAGS_prompt), true, true);
+    if (!ids.ok()) return ids.status();
+    for (size_t i = 0; i < ids->size(); ++i) std::cout << (i ? " " : "") << (*ids)[i];
+    std::cout << "\n";
+    return absl::OkStatus();
+  }
+  if (!absl::GetFlag(FLAGS_perplexity).empty()) return RunPerplexity(client, absl::GetFlag(FLAGS_perplexity));
+  if (absl::GetFlag(FLAGS_chat)) return RunChat(client);
+  if (absl::GetFlag(FLAGS_prompt).empty()) {
+    return absl::InvalidArgumentError("give --prompt TEXT, --chat, --perplexity FILE, --tokenize or --info");
+  }
+  return RunPrompt(client);
+}
+
+}  // namespace
+}  // namespace decoded::client
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("decoded-cli [--server ADDR] [--prompt TEXT | --chat] [sampling flags]");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = decoded::client::Main();
+  if (!status.ok()) {
+    std::cerr << "decoded-cli: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,50 @@
+#include "client/turn_stream.h"
+
+#include <string>
+
+namespace decoded::client {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(status.error_code())), status.error_message());
+}
+
+TurnStream::TurnStream(v1::Decoder::Stub* stub, const std::string& auth_token) {
+  if (!auth_token.empty()) context_.AddMetadata("authorization", "Bearer " + auth_token);
+  stream_ = stub->Generate(&context_);
+}
+
+TurnStream::~TurnStream() {
+  if (!closed_) {
+    context_.TryCancel();
+    (void)stream_->Finish();
+  }
+}
+
+absl::StatusOr<v1::TurnEnd> TurnStream::Run(const v1::Turn& turn,
+                                            const std::function<void(const v1::TokenEvent&)>& on_token) {
+  v1::GenerateRequest request;
+  *request.mutable_turn() = turn;
+  bool sent = stream_->Write(request);
+  v1::GenerateResponse response;
+  while (sent && stream_->Read(&response)) {
+    if (response.has_token()) {
+      on_token(response.token());
+    } else if (response.has_turn_end()) {
+      return response.turn_end();
+    }
+  }
+  closed_ = true;
+  absl::Status status = FromGrpc(stream_->Finish());
+  if (status.ok()) status = absl::UnavailableError("the server ended the stream before the turn's end");
+  return status;
+}
+
+absl::Status TurnStream::Close() {
+  if (closed_) return absl::OkStatus();
+  closed_ = true;
+  stream_->WritesDone();
+  return FromGrpc(stream_->Finish());
+}
+
+}  // namespace decoded::client

@@ -1,0 +1,211 @@
+// The Engine facade over the real model: tokenization of turn input, the
+// warm-up, and the adapter that shows Model + Tokenizer to the scheduler.
+#include "engine/serving/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
+#include "engine/runtime.h"
+#include "engine/serving/scheduler.h"
+#include "engine/serving/serving_model.h"
+#include "engine/serving/turn_runner.h"
+
+namespace decoded::serving {
+namespace {
+
+class DetokenizerText final : public TextDecoder {
+ public:
+  explicit DetokenizerText(const Tokenizer* tokenizer) : detok_(tokenizer) {}
+  std::string Push(int32_t id) override { return detok_.Push(id); }
+  std::string Flush() override { return detok_.Flush(); }
+
+ private:
+  IncrementalDetokenizer detok_;
+};
+
+class RealServingModel final : public ServingModel {
+ public:
+  explicit RealServingModel(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+  int32_t vocab_size() const override { return model_->tokenizer().vocab_size(); }
+  bool IsEndOfGeneration(int32_t id) const override { return model_->tokenizer().IsEndOfGeneration(id); }
+  std::unique_ptr<TextDecoder> NewTextDecoder() const override {
+    return std::make_unique<DetokenizerText>(&model_->tokenizer());
+  }
+  absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const override {
+    return model_->NewContext(max_seq_len);
+  }
+  const Model& model() const { return *model_; }
+
+ private:
+  std::shared_ptr<const Model> model_;
+};
+
+absl::Status CheckOptions(const EngineOptions& o) {
+  if (o.workers < 1) return absl::InvalidArgumentError("workers must be >= 1");
+  if (o.threads_per_worker < 1) return absl::InvalidArgumentError("threads_per_worker must be >= 1");
+  if (o.max_sessions < 1) return absl::InvalidArgumentError("max_sessions must be >= 1");
+  if (o.max_queued < 1) return absl::InvalidArgumentError("max_queued must be >= 1");
+  if (o.context_length < 1) return absl::InvalidArgumentError("context_length must be >= 1");
+  return absl::OkStatus();
+}
+
+// One Prefill and two Decode steps on a scratch context, so the first client
+// does not pay for first-touch page faults of the weights and lazy set-up.
+absl::Status WarmUp(const Model& model, int threads) {
+  const Tokenizer& tok = model.tokenizer();
+  std::vector<int32_t> prompt = tok.Encode("Hello", /*add_bos=*/true, /*parse_special=*/false);
+  if (prompt.empty()) prompt.push_back(std::max(0, tok.bos_id()));
+  const int32_t len = std::min<int32_t>(model.info().context_length, static_cast<int32_t>(prompt.size()) + 2);
+  absl::StatusOr<std::unique_ptr<DecodeContext>> ctx = model.NewContext(len);
+  if (!ctx.ok()) return ctx.status();
+  std::unique_ptr<Executor> executor = CreateCpuExecutor(threads);
+  absl::StatusOr<absl::Span<const float>> logits = (*ctx)->Prefill(prompt, false, *executor);
+  if (!logits.ok()) return logits.status();
+  for (int i = 0; i < 2 && (*ctx)->cached_len() < (*ctx)->capacity(); ++i) {
+    const int32_t next = static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+    logits = (*ctx)->Decode(next, *executor);
+    if (!logits.ok()) return logits.status();
+  }
+  return absl::OkStatus();
+}
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::unique_ptr<RealServingModel> model, const EngineOptions& options, int32_t session_len)
+      : model_(std::move(model)) {
+    const decoded::ModelInfo& mi = model_->model().info();
+    const Tokenizer& tok = model_->model().tokenizer();
+    info_ = EngineModelInfo{mi.family,        mi.name,        mi.context_length, mi.vocab_size,
+                            mi.n_layers,      mi.hidden_size, mi.sliding_window, mi.weight_dtype,
+                            mi.device,        session_len,    options.max_sessions, tok.bos_id(),
+                            tok.eos_id()};
+    SchedulerOptions so;
+    so.workers = options.workers;
+    so.max_sessions = options.max_sessions;
+    so.max_queued = options.max_queued;
+    so.context_length = session_len;
+    const int threads = options.threads_per_worker;
+    so.make_executor = [threads] { return CreateCpuExecutor(threads); };
+    so.on_step = options.on_step;
+    scheduler_ = std::make_unique<Scheduler>(model_.get(), std::move(so));
+  }
+
+  absl::StatusOr<SessionId> OpenSession() override { return scheduler_->Open(); }
+
+  absl::Status SubmitTurn(SessionId session, const TurnRequest& turn, TurnSink* sink) override {
+    absl::StatusOr<bool> fresh = scheduler_->IsFresh(session);
+    if (!fresh.ok()) return fresh.status();
+    const Tokenizer& tok = model_->model().tokenizer();
+    PreparedTurn prepared;
+    switch (turn.kind) {
+      case TurnRequest::InputKind::kText:
+        if (turn.text.empty()) return absl::InvalidArgumentError("the turn's text is empty");
+        prepared.prompt = tok.Encode(turn.text, /*add_bos=*/*fresh, /*parse_special=*/true);
+        break;
+      case TurnRequest::InputKind::kMessages: {
+        if (turn.messages.empty()) return absl::InvalidArgumentError("the turn has no messages");
+        absl::StatusOr<std::string> rendered = tok.ApplyChatTemplate(turn.messages, /*add_generation_prompt=*/true);
+        if (!rendered.ok()) return rendered.status();
+        prepared.prompt = tok.Encode(*rendered, /*add_bos=*/*fresh, /*parse_special=*/true);
+        // A later turn continues the context: a BOS the template may carry does not belong mid-sequence.
+        if (!*fresh && !prepared.prompt.empty() && prepared.prompt.front() == tok.bos_id()) {
+          prepared.prompt.erase(prepared.prompt.begin());
+        }
+        break;
+      }
+      case TurnRequest::InputKind::kTokens:
+        prepared.prompt = turn.tokens;
+        break;
+    }
+    prepared.sampling = turn.sampling;
+    prepared.stopping = turn.stopping;
+    prepared.prompt_logprobs = turn.prompt_logprobs;
+    return scheduler_->Submit(session, std::move(prepared), sink);
+  }
+
+  absl::Status CancelTurn(SessionId session) override { return scheduler_->Cancel(session); }
+  void CloseSession(SessionId session) override { scheduler_->Close(session); }
+
+  std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const override {
+    return model_->model().tokenizer().Encode(text, add_bos, parse_special);
+  }
+
+  absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const override {
+    const Tokenizer& tok = model_->model().tokenizer();
+    for (int32_t id : ids) {
+      if (id < 0 || id >= tok.vocab_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is outside the vocabulary [0, ", tok.vocab_size(), ")"));
+      }
+    }
+    // Through the incremental detokenizer so the result is valid UTF-8 (a
+    // protobuf string must be): invalid bytes become U+FFFD.
+    if (render_special) {
+      absl::StatusOr<std::string> raw = tok.Decode(ids, true);
+      if (!raw.ok()) return raw.status();
+      return SanitizeUtf8(*raw);
+    }
+    std::string text;
+    IncrementalDetokenizer detok(&tok);
+    for (int32_t id : ids) text += detok.Push(id);
+    text += detok.Flush();
+    return text;
+  }
+
+  const EngineModelInfo& ModelInfo() const override { return info_; }
+
+  EngineStats Stats() const override {
+    EngineStats stats = scheduler_->Stats();
+    const EngineCounters c = GetEngineCounters();
+    stats.graph_builds = c.graph_builds;
+    stats.optimizer_runs = c.optimizer_runs;
+    stats.rebinds = c.rebinds;
+    stats.bound_nodes = c.bound_nodes;
+    stats.kv_bytes = c.kv_bytes;
+    stats.live_contexts = c.live_contexts;
+    return stats;
+  }
+
+ private:
+  // Replaces each byte that does not start or continue a valid UTF-8 sequence by U+FFFD.
+  static std::string SanitizeUtf8(const std::string& in) {
+    std::string out;
+    size_t i = 0;
+    while (i < in.size()) {
+      const unsigned char c = in[i];
+      int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+      bool ok = len > 0 && i + len <= in.size();
+      for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(in[i + k]) >> 6) == 2;
+      if (ok) {
+        out.append(in, i, len);
+        i += len;
+      } else {
+        out += "\xEF\xBF\xBD";
+        ++i;
+      }
+    }
+    return out;
+  }
+
+  std::unique_ptr<RealServingModel> model_;
+  EngineModelInfo info_;
+  std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_path);
+  if (!model.ok()) return model.status();
+  const int32_t session_len = std::min<int32_t>(options.context_length, (*model)->info().context_length);
+  if (absl::Status s = WarmUp(**model, options.threads_per_worker); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("warm-up failed: ", s.message()));
+  }
+  return std::unique_ptr<Engine>(
+      new EngineImpl(std::make_unique<RealServingModel>(*std::move(model)), options, session_len));
+}
+
+}  // namespace decoded::serving

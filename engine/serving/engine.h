@@ -1,0 +1,187 @@
+// The serving engine: the one header the gRPC server sees.
+//
+// An Engine loads a model once, warms it up, and runs a fixed pool of workers
+// that step decode sessions (see scheduler.h for the scheduling contract). A
+// session is one conversation: it owns a KV cache (a DecodeContext) that
+// persists across its turns. A turn appends input to the context and
+// generates tokens; its events reach the caller through a TurnSink.
+//
+// Threading: every method may be called from any thread. Sink callbacks run on
+// worker threads, never while an Engine lock is held, so a sink may call back
+// into the Engine (e.g. SubmitTurn from OnTurnEnd).
+#ifndef DECODED_ENGINE_SERVING_ENGINE_H_
+#define DECODED_ENGINE_SERVING_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/sampling/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace decoded::serving {
+
+// ----------------------------------------------------------------------------
+// Turn input and output.
+
+struct StoppingParams {
+  int32_t max_new_tokens = 256;            // 0 = prefill only
+  std::vector<std::string> stop_sequences; // text stops; the stop text is not emitted
+  std::vector<int32_t> stop_token_ids;     // each in [0, vocab)
+  bool ignore_eos = false;                 // end-of-generation ids do not stop
+};
+
+struct TurnRequest {
+  // Exactly one input kind is used.
+  enum class InputKind { kText, kMessages, kTokens };
+  InputKind kind = InputKind::kText;
+  std::string text;                   // kText: BOS added on a session's first turn only
+  std::vector<ChatMessage> messages;  // kMessages: chat template + generation prompt
+  std::vector<int32_t> tokens;        // kTokens: used verbatim
+  SamplingParams sampling;
+  StoppingParams stopping;
+  bool prompt_logprobs = false;
+};
+
+struct TokenEvent {
+  int32_t id = 0;
+  std::string text;   // UTF-8 safe, stop-sequence safe (may be empty)
+  float logprob = 0;  // natural log, temperature 1, unpenalised
+  std::vector<TokenLogprob> top;
+};
+
+enum class FinishReason { kStopToken, kStopSequence, kLength, kCancelled, kContextFull, kError };
+
+struct TurnUsage {
+  int32_t prompt_tokens = 0;     // tokens prefilled by this turn
+  int32_t generated_tokens = 0;  // tokens sampled by this turn
+  int32_t cached_tokens = 0;     // context length when the turn began
+};
+
+// Milliseconds on the monotonic clock, from SubmitTurn's acceptance.
+struct TurnTimings {
+  double queue_ms = 0;
+  double ttft_ms = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  double mean_inter_token_ms = 0;
+};
+
+struct TurnEnd {
+  FinishReason reason = FinishReason::kStopToken;
+  // Set with kError only: a step failed inside the engine (INTERNAL etc.).
+  absl::Status error;
+  TurnUsage usage;
+  TurnTimings timings;
+  // log p(prompt[i+1] | ..prompt[i]) for i in [0, prompt_tokens - 1) when asked.
+  std::vector<float> prompt_logprobs;
+};
+
+// Receives one turn's events, in order: zero or more OnToken, then exactly one
+// OnTurnEnd. Calls for one session never overlap. The Engine calls a sink only
+// between the SubmitTurn that accepted it and its OnTurnEnd, and never after
+// CloseSession for its session has returned: the caller owns the sink and may
+// destroy it after either point.
+class TurnSink {
+ public:
+  virtual ~TurnSink() = default;
+  virtual void OnToken(const TokenEvent& event) = 0;
+  virtual void OnTurnEnd(const TurnEnd& end) = 0;
+};
+
+// ----------------------------------------------------------------------------
+// Engine.
+
+struct EngineOptions {
+  std::string model_path;
+  int workers = 1;              // fixed worker pool size (>= 1)
+  int threads_per_worker = 1;   // compute threads of each worker's executor (>= 1)
+  int max_sessions = 16;        // open sessions; beyond: RESOURCE_EXHAUSTED
+  int max_queued = 64;          // turns waiting for a worker; beyond: RESOURCE_EXHAUSTED
+  int context_length = 2048;    // KV capacity per session, clamped to the model's
+  // Called on the worker thread after every step (for metrics); must be cheap
+  // and thread-safe.
+  std::function<void(bool prefill, double seconds)> on_step;
+};
+
+struct EngineModelInfo {
+  std::string family;
+  std::string name;
+  int32_t context_length = 0;
+  int32_t vocab_size = 0;
+  int32_t n_layers = 0;
+  int32_t hidden_size = 0;
+  int32_t sliding_window = 0;
+  std::string weight_dtype;
+  std::string device;
+  int32_t session_context_length = 0;
+  int32_t max_sessions = 0;
+  int32_t bos_id = 0;
+  int32_t eos_id = 0;
+};
+
+struct EngineStats {
+  int64_t sessions_active = 0;
+  int64_t turns_queued = 0;   // runnable turns waiting for a worker
+  int64_t workers_busy = 0;
+  // Process-wide engine counters (GetEngineCounters()).
+  int64_t graph_builds = 0;
+  int64_t optimizer_runs = 0;
+  int64_t rebinds = 0;
+  int64_t bound_nodes = 0;
+  int64_t kv_bytes = 0;
+  int64_t live_contexts = 0;
+};
+
+using SessionId = uint64_t;
+
+class Engine {
+ public:
+  // Loads the model, checks the options (INVALID_ARGUMENT naming the field),
+  // runs a warm-up (one Prefill and two Decode steps on a scratch context) and
+  // starts the workers. Load errors pass through (NOT_FOUND, ...).
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // Stops the workers after their current step; open sessions are dropped
+  // without further sink calls.
+  virtual ~Engine() = default;
+
+  // RESOURCE_EXHAUSTED when max_sessions sessions are open. The KV cache is
+  // allocated here.
+  virtual absl::StatusOr<SessionId> OpenSession() = 0;
+
+  // Validates and queues a turn. Errors (the session is unchanged):
+  //   INVALID_ARGUMENT: empty input, token id outside the vocabulary (input or
+  //     stop_token_ids), input longer than the remaining context, sampling
+  //     parameter out of range, negative max_new_tokens;
+  //   FAILED_PRECONDITION: a turn of this session is still running;
+  //   RESOURCE_EXHAUSTED: max_queued turns are waiting;
+  //   NOT_FOUND: no such session.
+  // `sink` must stay valid until its OnTurnEnd or CloseSession returned.
+  virtual absl::Status SubmitTurn(SessionId session, const TurnRequest& turn, TurnSink* sink) = 0;
+
+  // Ends the running turn with kCancelled before its next step. No-op when no
+  // turn runs. NOT_FOUND for an unknown session.
+  virtual absl::Status CancelTurn(SessionId session) = 0;
+
+  // Closes a session: a queued turn never runs, a running step is waited for,
+  // then the DecodeContext (KV cache and bindings) is destroyed. The sink gets
+  // no further calls. Idempotent.
+  virtual void CloseSession(SessionId session) = 0;
+
+  // Text -> ids (add_bos: the model's BOS, never doubled).
+  virtual std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const = 0;
+  // INVALID_ARGUMENT on an id outside the vocabulary.
+  virtual absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const = 0;
+  virtual const EngineModelInfo& ModelInfo() const = 0;
+  virtual EngineStats Stats() const = 0;
+};
+
+}  // namespace decoded::serving
+
+#endif  // DECODED_ENGINE_SERVING_ENGINE_H_

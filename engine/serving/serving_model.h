@@ -1,0 +1,41 @@
+// What the scheduler needs from a model: contexts to step, the vocabulary
+// size, which ids end generation, and a per-turn UTF-8-safe text decoder.
+//
+// The scheduler sees a model only through this interface, so its semantics
+// (fairness, cancellation, closing) are testable with a scripted fake; the
+// Engine adapts the real Model + Tokenizer to it (engine.cc).
+#ifndef DECODED_ENGINE_SERVING_SERVING_MODEL_H_
+#define DECODED_ENGINE_SERVING_SERVING_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime.h"
+
+namespace decoded::serving {
+
+// Token ids -> text pieces that never split a UTF-8 code point (see
+// IncrementalDetokenizer). One per turn; not thread-safe.
+class TextDecoder {
+ public:
+  virtual ~TextDecoder() = default;
+  virtual std::string Push(int32_t id) = 0;  // text completed by `id` (may be "")
+  virtual std::string Flush() = 0;           // held-back bytes, invalid ones as U+FFFD
+};
+
+// Thread-safe; shared by all workers.
+class ServingModel {
+ public:
+  virtual ~ServingModel() = default;
+  virtual int32_t vocab_size() const = 0;
+  virtual bool IsEndOfGeneration(int32_t id) const = 0;
+  virtual std::unique_ptr<TextDecoder> NewTextDecoder() const = 0;
+  // As Model::NewContext.
+  virtual absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const = 0;
+};
+
+}  // namespace decoded::serving
+
+#endif  // DECODED_ENGINE_SERVING_SERVING_MODEL_H_

@@ -1,0 +1,159 @@
+#include "engine/serving/turn_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace decoded::serving {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+}  // namespace
+
+float LogSoftmaxAt(absl::Span<const float> logits, int32_t id) {
+  float max = -INFINITY;
+  for (float v : logits) max = std::max(max, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
+  return static_cast<float>(static_cast<double>(logits[id]) - max - std::log(sum));
+}
+
+TurnRunner::TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector<int32_t> carry,
+                       int32_t cached_len, Clock::time_point accepted)
+    : model_(model),
+      turn_(std::move(turn)),
+      prefill_(std::move(carry)),
+      cached_at_start_(cached_len),
+      sampler_(turn_.sampling, model.vocab_size()),
+      stop_matcher_(turn_.stopping.stop_sequences),
+      text_(model.NewTextDecoder()),
+      accepted_(accepted) {
+  prefill_.insert(prefill_.end(), turn_.prompt.begin(), turn_.prompt.end());
+  // Penalties see the whole turn: its prompt now, its generated tokens as sampled.
+  for (int32_t id : prefill_) sampler_.Accept(id);
+}
+
+StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor) {
+  StepOutput out;
+  const Clock::time_point start = Clock::now();
+  if (!first_step_) first_step_ = start;
+
+  if (prefill_pos_ < prefill_.size()) {
+    out.prefill = true;
+    const size_t n = std::min<size_t>(kMaxPrefillChunk, prefill_.size() - prefill_pos_);
+    absl::Span<const int32_t> chunk(prefill_.data() + prefill_pos_, n);
+    absl::StatusOr<absl::Span<const float>> logits = ctx.Prefill(chunk, turn_.prompt_logprobs, executor);
+    out.seconds = Seconds(Clock::now() - start);
+    prefill_seconds_ += out.seconds;
+    if (!logits.ok()) {
+      TurnEnd end = MakeEnd(FinishReason::kError);
+      end.error = logits.status();
+      out.end = std::move(end);
+      return out;
+    }
+    const int32_t vocab = model_.vocab_size();
+    absl::Span<const float> last = *logits;
+    if (turn_.prompt_logprobs) {
+      // Row i predicts token prefill_pos_ + i + 1, which may open the next chunk.
+      for (size_t i = 0; i < n; ++i) {
+        const size_t next = prefill_pos_ + i + 1;
+        if (next >= prefill_.size()) break;
+        prompt_logprobs_.push_back(LogSoftmaxAt(logits->subspan(i * vocab, vocab), prefill_[next]));
+      }
+      last = logits->subspan((n - 1) * vocab, vocab);
+    }
+    prefill_pos_ += n;
+    if (prefill_pos_ < prefill_.size()) return out;
+    if (turn_.stopping.max_new_tokens == 0) {
+      out.end = MakeEnd(FinishReason::kLength);
+      return out;
+    }
+    SampleAndEmit(last, ctx, out);
+    return out;
+  }
+
+  // Decode: feed the token sampled last step, sample the next.
+  const int32_t token = *unfed_;
+  absl::StatusOr<absl::Span<const float>> logits = ctx.Decode(token, executor);
+  out.seconds = Seconds(Clock::now() - start);
+  decode_seconds_ += out.seconds;
+  if (!logits.ok()) {
+    TurnEnd end = MakeEnd(FinishReason::kError);
+    end.error = logits.status();
+    out.end = std::move(end);
+    return out;
+  }
+  unfed_.reset();
+  SampleAndEmit(*logits, ctx, out);
+  return out;
+}
+
+void TurnRunner::SampleAndEmit(absl::Span<const float> logits, DecodeContext& ctx, StepOutput& out) {
+  SampleResult r = sampler_.Sample(logits);
+  sampler_.Accept(r.id);
+  unfed_ = r.id;
+  ++generated_;
+  const Clock::time_point now = Clock::now();
+  if (!first_token_) first_token_ = now;
+  last_token_ = now;
+
+  const StoppingParams& stop = turn_.stopping;
+  const bool stop_token =
+      (!stop.ignore_eos && model_.IsEndOfGeneration(r.id)) ||
+      std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), r.id) != stop.stop_token_ids.end();
+
+  TokenEvent event;
+  event.id = r.id;
+  event.logprob = r.logprob;
+  event.top = std::move(r.top);
+  // A stop token's own text is not output, like a stop sequence's.
+  if (!stop_token) event.text = stop_matcher_.Push(text_->Push(r.id));
+
+  std::optional<FinishReason> reason;
+  if (stop_matcher_.stopped()) {
+    reason = FinishReason::kStopSequence;
+  } else if (stop_token) {
+    reason = FinishReason::kStopToken;
+  } else if (generated_ >= stop.max_new_tokens) {
+    reason = FinishReason::kLength;
+  } else if (ctx.cached_len() >= ctx.capacity()) {
+    reason = FinishReason::kContextFull;
+  }
+  if (reason && *reason != FinishReason::kStopSequence) {
+    event.text += stop_matcher_.Push(text_->Flush());
+    if (!stop_matcher_.stopped()) event.text += stop_matcher_.Flush();
+  }
+  out.tokens.push_back(std::move(event));
+  if (reason) out.end = MakeEnd(*reason);
+}
+
+TurnEnd TurnRunner::Cancel() { return MakeEnd(FinishReason::kCancelled); }
+
+std::vector<int32_t> TurnRunner::TakeCarry() {
+  std::vector<int32_t> carry;
+  if (unfed_) carry.push_back(*unfed_);
+  unfed_.reset();
+  return carry;
+}
+
+TurnEnd TurnRunner::MakeEnd(FinishReason reason) {
+  TurnEnd end;
+  end.reason = reason;
+  end.usage.prompt_tokens = static_cast<int32_t>(prefill_.size());
+  end.usage.generated_tokens = generated_;
+  end.usage.cached_tokens = cached_at_start_;
+  const Clock::time_point now = Clock::now();
+  end.timings.queue_ms = Millis((first_step_ ? *first_step_ : now) - accepted_);
+  end.timings.ttft_ms = first_token_ ? Millis(*first_token_ - accepted_) : 0;
+  end.timings.prefill_ms = prefill_seconds_ * 1e3;
+  end.timings.decode_ms = decode_seconds_ * 1e3;
+  if (generated_ > 1) end.timings.mean_inter_token_ms = Millis(last_token_ - *first_token_) / (generated_ - 1);
+  if (turn_.prompt_logprobs) end.prompt_logprobs = std::move(prompt_logprobs_);
+  return end;
+}
+
+}  // namespace decoded::serving

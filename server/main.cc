@@ -1,0 +1,89 @@
+// decoded: the gRPC decode-serving daemon.
+//
+// Starts listening at once (health NOT_SERVING), loads and warms the model,
+// then reports SERVING. SIGTERM or SIGINT drains: health NOT_SERVING, new
+// streams refused, open streams get --drain_seconds to finish.
+#include <signal.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "engine/serving/engine.h"
+#include "server/server.h"
+
+namespace {
+
+std::string DefaultModelPath() {
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/root") + "/.cache/decoded/gemma-3-270m-q4_k_m.gguf";
+}
+
+}  // namespace
+
+ABSL_FLAG(std::string, model, DefaultModelPath(), "GGUF model file");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address (host:port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; empty disables");
+ABSL_FLAG(int, workers, 1, "worker threads stepping sessions");
+ABSL_FLAG(int, threads, 1, "compute threads per worker");
+ABSL_FLAG(int, max_sessions, 16, "open sessions beyond which streams get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, context_length, 2048, "KV capacity of one session, in tokens");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; with --tls_key enables TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key");
+ABSL_FLAG(std::string, auth_token, "", "if set, RPCs need 'authorization: Bearer <token>'");
+ABSL_FLAG(int, drain_seconds, 10, "grace period for open streams on SIGTERM");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("decoded --model FILE [--listen ADDR] [--workers N] ...");
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the drain signals in every thread; main waits for them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  decoded::server::ServerOptions server_options;
+  server_options.listen = absl::GetFlag(FLAGS_listen);
+  server_options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  server_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  server_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  server_options.auth_token = absl::GetFlag(FLAGS_auth_token);
+  auto server = decoded::server::DecodedServer::Start(server_options);
+  if (!server.ok()) {
+    std::cerr << "decoded: " << server.status() << "\n";
+    return 1;
+  }
+  std::cerr << "decoded: listening on port " << (*server)->port() << ", loading "
+            << absl::GetFlag(FLAGS_model) << "\n";
+
+  decoded::serving::EngineOptions engine_options;
+  engine_options.model_path = absl::GetFlag(FLAGS_model);
+  engine_options.workers = absl::GetFlag(FLAGS_workers);
+  engine_options.threads_per_worker = absl::GetFlag(FLAGS_threads);
+  engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
+  engine_options.context_length = absl::GetFlag(FLAGS_context_length);
+  decoded::server::ServerMetrics* metrics = &(*server)->metrics();
+  engine_options.on_step = [metrics](bool prefill, double seconds) { metrics->Step(prefill, seconds); };
+  auto engine = decoded::serving::Engine::Create(engine_options);
+  if (!engine.ok()) {
+    std::cerr << "decoded: " << engine.status() << "\n";
+    return 1;
+  }
+  (*server)->AttachEngine(*std::move(engine));
+  std::cerr << "decoded: serving\n";
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "decoded: signal " << sig << ", draining\n";
+  (*server)->Drain(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  std::cerr << "decoded: stopped\n";
+  return 0;
+}

@@ -1,0 +1,168 @@
+#include "server/metrics.h"
+
+#include <exception>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
+
+namespace decoded::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// Latency buckets in seconds, from 1 ms (a decode step of a small model) to
+// 30 s (a long prompt on a loaded server).
+const Histogram::BucketBoundaries& LatencyBuckets() {
+  static const Histogram::BucketBoundaries* b = new Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  return *b;
+}
+
+prometheus::MetricFamily OneValue(const std::string& name, const std::string& help, prometheus::MetricType type,
+                                  double value) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  prometheus::ClientMetric m;
+  if (type == prometheus::MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  family.metric.push_back(m);
+  return family;
+}
+
+// Reads Engine::Stats() at scrape time.
+class EngineCollectable final : public prometheus::Collectable {
+ public:
+  explicit EngineCollectable(std::shared_ptr<std::atomic<const serving::Engine*>> engine)
+      : engine_(std::move(engine)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    serving::EngineStats s;
+    if (const serving::Engine* engine = engine_->load()) s = engine->Stats();
+    using prometheus::MetricType;
+    return {
+        OneValue("decoded_graph_builds_total", "Decode and prefill graphs built (D1 and D2).", MetricType::Counter,
+                 s.graph_builds),
+        OneValue("decoded_optimizer_runs_total", "Graph optimizer passes run.", MetricType::Counter,
+                 s.optimizer_runs),
+        OneValue("decoded_rebinds_total", "Decode steps that reused a held plan.", MetricType::Counter, s.rebinds),
+        OneValue("decoded_bound_nodes", "Data-node bindings held by live sessions.", MetricType::Gauge,
+                 s.bound_nodes),
+        OneValue("decoded_kv_bytes", "KV cache bytes held by live sessions.", MetricType::Gauge, s.kv_bytes),
+        OneValue("decoded_workers_busy", "Workers running a step.", MetricType::Gauge, s.workers_busy),
+        OneValue("decoded_sessions_queued", "Sessions waiting for a worker.", MetricType::Gauge, s.turns_queued),
+    };
+  }
+
+ private:
+  std::shared_ptr<std::atomic<const serving::Engine*>> engine_;
+};
+
+}  // namespace
+
+ServerMetrics::ServerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      engine_(std::make_shared<std::atomic<const serving::Engine*>>(nullptr)) {
+  engine_collectable_ = std::make_shared<EngineCollectable>(engine_);
+  sessions_active_ =
+      &BuildGauge().Name("decoded_sessions_active").Help("Open Generate streams.").Register(*registry_).Add({});
+  auto& sessions = BuildCounter()
+                       .Name("decoded_sessions_total")
+                       .Help("Generate streams ended, by outcome.")
+                       .Register(*registry_);
+  sessions_ok_ = &sessions.Add({{"outcome", "ok"}});
+  sessions_client_gone_ = &sessions.Add({{"outcome", "client_gone"}});
+  sessions_error_ = &sessions.Add({{"outcome", "error"}});
+  admission_rejections_ = &BuildCounter()
+                               .Name("decoded_admission_rejections_total")
+                               .Help("Sessions or turns refused with RESOURCE_EXHAUSTED.")
+                               .Register(*registry_)
+                               .Add({});
+  ttft_ = &BuildHistogram()
+               .Name("decoded_time_to_first_token_seconds")
+               .Help("From a turn's acceptance to its first sampled token.")
+               .Register(*registry_)
+               .Add({}, LatencyBuckets());
+  inter_token_ = &BuildHistogram()
+                      .Name("decoded_inter_token_latency_seconds")
+                      .Help("Between consecutive tokens of a turn.")
+                      .Register(*registry_)
+                      .Add({}, LatencyBuckets());
+  queue_time_ = &BuildHistogram()
+                     .Name("decoded_queue_time_seconds")
+                     .Help("From a turn's acceptance to its first step.")
+                     .Register(*registry_)
+                     .Add({}, LatencyBuckets());
+  auto& steps = BuildHistogram()
+                    .Name("decoded_step_duration_seconds")
+                    .Help("Duration of one engine step, by phase.")
+                    .Register(*registry_);
+  step_prefill_ = &steps.Add({{"phase", "prefill"}}, LatencyBuckets());
+  step_decode_ = &steps.Add({{"phase", "decode"}}, LatencyBuckets());
+  prompt_tokens_ = &BuildCounter()
+                        .Name("decoded_prompt_tokens_total")
+                        .Help("Tokens prefilled.")
+                        .Register(*registry_)
+                        .Add({});
+  generated_tokens_ = &BuildCounter()
+                           .Name("decoded_generated_tokens_total")
+                           .Help("Tokens sampled.")
+                           .Register(*registry_)
+                           .Add({});
+}
+
+void ServerMetrics::SetEngine(const serving::Engine* engine) { engine_->store(engine); }
+
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> ServerMetrics::Expose(const std::string& address) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  }
+  exposer->RegisterCollectable(registry_);
+  exposer->RegisterCollectable(engine_collectable_);
+  return exposer;
+}
+
+void ServerMetrics::SessionOpened() { sessions_active_->Increment(); }
+
+void ServerMetrics::SessionClosed(SessionOutcome outcome) {
+  sessions_active_->Decrement();
+  switch (outcome) {
+    case SessionOutcome::kOk: sessions_ok_->Increment(); break;
+    case SessionOutcome::kClientGone: sessions_client_gone_->Increment(); break;
+    case SessionOutcome::kError: sessions_error_->Increment(); break;
+  }
+}
+
+void ServerMetrics::AdmissionRejected() { admission_rejections_->Increment(); }
+
+void ServerMetrics::TurnEnded(const serving::TurnEnd& end) {
+  queue_time_->Observe(end.timings.queue_ms / 1e3);
+  if (end.usage.generated_tokens > 0) ttft_->Observe(end.timings.ttft_ms / 1e3);
+  prompt_tokens_->Increment(end.usage.prompt_tokens);
+}
+
+void ServerMetrics::TokenGenerated() { generated_tokens_->Increment(); }
+
+void ServerMetrics::InterToken(double seconds) { inter_token_->Observe(seconds); }
+
+void ServerMetrics::Step(bool prefill, double seconds) { (prefill ? step_prefill_ : step_decode_)->Observe(seconds); }
+
+std::string ServerMetrics::Render() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (auto& f : engine_collectable_->Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace decoded::server

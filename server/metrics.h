@@ -1,0 +1,94 @@
+// Prometheus metrics of the daemon (DESIGN.md section 4).
+//
+// Naming: no colons, base units (seconds, bytes), `_total` for counters,
+// labels of small fixed sets only (outcome, phase). Families owned by the
+// registry are updated by the server as events happen; the engine's own
+// counters and gauges (plan builds, rebinds, bound nodes, KV bytes, busy
+// workers, queued turns) are read from Engine::Stats() at scrape time by
+// EngineCollectable, so they can never drift from the engine's truth.
+//
+// Thread-safety: every member may be used from any thread.
+#ifndef DECODED_SERVER_METRICS_H_
+#define DECODED_SERVER_METRICS_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/serving/engine.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace decoded::server {
+
+// Session outcomes for decoded_sessions_total{outcome}.
+enum class SessionOutcome { kOk, kClientGone, kError };
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // The engine whose Stats() the scrape reads; null before it is loaded.
+  void SetEngine(const serving::Engine* engine);
+
+  // Serves /metrics on `address` ("host:port"). INVALID_ARGUMENT when the
+  // address cannot be bound (prometheus-cpp throws; the exception stops here).
+  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Expose(const std::string& address);
+
+  void SessionOpened();                       // decoded_sessions_active + 1
+  void SessionClosed(SessionOutcome outcome); // decoded_sessions_active - 1, outcome counted
+  void AdmissionRejected();
+  // Counted per event so tokens of a turn cut short by a disconnect count too.
+  void TokenGenerated();
+  void TurnEnded(const serving::TurnEnd& end);
+  void InterToken(double seconds);
+  void Step(bool prefill, double seconds);
+
+  // Body of a scrape, as the exposer would serve it (tests, debugging).
+  std::string Render() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<prometheus::Collectable> engine_collectable_;
+  std::shared_ptr<std::atomic<const serving::Engine*>> engine_;
+
+  prometheus::Gauge* sessions_active_;
+  prometheus::Counter* sessions_ok_;
+  prometheus::Counter* sessions_client_gone_;
+  prometheus::Counter* sessions_error_;
+  prometheus::Counter* admission_rejections_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* inter_token_;
+  prometheus::Histogram* queue_time_;
+  prometheus::Histogram* step_prefill_;
+  prometheus::Histogram* step_decode_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* generated_tokens_;
+};
+
+// Holds decoded_sessions_active up for its lifetime, so every exit path of a
+// stream (error, cancel, disconnect) takes it back down.
+class ActiveSessionGuard {
+ public:
+  explicit ActiveSessionGuard(ServerMetrics* metrics) : metrics_(metrics) { metrics_->SessionOpened(); }
+  ~ActiveSessionGuard() { metrics_->SessionClosed(outcome_); }
+  ActiveSessionGuard(const ActiveSessionGuard&) = delete;
+  ActiveSessionGuard& operator=(const ActiveSessionGuard&) = delete;
+  void set_outcome(SessionOutcome outcome) { outcome_ = outcome; }
+
+ private:
+  ServerMetrics* metrics_;
+  SessionOutcome outcome_ = SessionOutcome::kOk;
+};
+
+}  // namespace decoded::server
+
+#endif  // DECODED_SERVER_METRICS_H_

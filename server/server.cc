@@ -1,0 +1,100 @@
+#include "server/server.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace decoded::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const ServerOptions& options) {
+  std::unique_ptr<DecodedServer> server(new DecodedServer());
+  server->metrics_ = std::make_unique<ServerMetrics>();
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer = server->metrics_->Expose(options.metrics_listen);
+    if (!exposer.ok()) return exposer.status();
+    server->exposer_ = *std::move(exposer);
+  }
+
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(options.tls_key_file);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+
+  server->service_ = std::make_unique<DecoderService>(server->metrics_.get(), options.auth_token);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, creds, &server->port_);
+  builder.RegisterService(server->service_.get());
+  // Keepalive: notice dead clients (and free their sessions) within a minute.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  server->SetServing(false);
+  return server;
+}
+
+DecodedServer::~DecodedServer() {
+  Drain(absl::ZeroDuration());
+  server_.reset();
+  metrics_->SetEngine(nullptr);
+  engine_.reset();
+}
+
+int DecodedServer::metrics_port() const {
+  if (exposer_ == nullptr) return 0;
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void DecodedServer::AttachEngine(std::unique_ptr<serving::Engine> engine) {
+  engine_ = std::move(engine);
+  metrics_->SetEngine(engine_.get());
+  service_->AttachEngine(engine_.get());
+  SetServing(true);
+}
+
+void DecodedServer::Drain(absl::Duration deadline) {
+  if (drained_ || server_ == nullptr) return;
+  drained_ = true;
+  SetServing(false);
+  service_->StartDraining();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + deadline));
+  server_->Wait();
+}
+
+void DecodedServer::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);
+  health->SetServingStatus(v1::Decoder::service_full_name(), serving);
+}
+
+}  // namespace decoded::server

@@ -1,0 +1,69 @@
+// The decoded gRPC server: the Decoder service, grpc.health.v1 health,
+// server reflection, and the Prometheus endpoint, started before the model so
+// health can say NOT_SERVING while it loads.
+//
+// Order of life: Start (NOT_SERVING, RPCs answer UNAVAILABLE) -> AttachEngine
+// (SERVING) -> Drain (NOT_SERVING, new streams refused, open streams get until
+// the deadline, then are cancelled) -> destruction (engine after server).
+#ifndef DECODED_SERVER_SERVER_H_
+#define DECODED_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/serving/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "server/decoder_service.h"
+#include "server/metrics.h"
+
+namespace decoded::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
+  std::string metrics_listen;              // empty: no /metrics endpoint
+  std::string tls_cert_file;               // both set: TLS, else plaintext
+  std::string tls_key_file;
+  std::string auth_token;                  // non-empty: bearer token required
+};
+
+class DecodedServer {
+ public:
+  // UNAVAILABLE when the address cannot be bound; INVALID_ARGUMENT for a bad
+  // metrics address or unreadable TLS files.
+  static absl::StatusOr<std::unique_ptr<DecodedServer>> Start(const ServerOptions& options);
+  ~DecodedServer();
+  DecodedServer(const DecodedServer&) = delete;
+  DecodedServer& operator=(const DecodedServer&) = delete;
+
+  int port() const { return port_; }
+  // Port of the /metrics endpoint; 0 when disabled.
+  int metrics_port() const;
+  // The attached engine (null before AttachEngine).
+  serving::Engine* engine() const { return engine_.get(); }
+  ServerMetrics& metrics() { return *metrics_; }
+
+  // Serves `engine` from now on and reports SERVING.
+  void AttachEngine(std::unique_ptr<serving::Engine> engine);
+
+  // NOT_SERVING, refuses new RPCs, waits for open ones until `deadline`, then
+  // cancels them and returns once every reactor is done. Idempotent.
+  void Drain(absl::Duration deadline);
+
+ private:
+  DecodedServer() = default;
+  void SetServing(bool serving);
+
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<DecoderService> service_;
+  std::unique_ptr<serving::Engine> engine_;  // outlives server_ (declared before it)
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool drained_ = false;
+};
+
+}  // namespace decoded::server
+
+#endif  // DECODED_SERVER_SERVER_H_

@@ -1,0 +1,432 @@
+// End to end: the real server in-process on a free loopback port, the real
+// model, a real gRPC stub. Turns are short (a few tokens, context 512) so the
+// suite fits a 2-core CI machine.
+//
+// Expected outputs come from independent runs of the same server (a solo
+// stream, a single turn over the concatenated tokens), never from the run
+// under test itself.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/runtime.h"
+#include "engine/serving/engine.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "gtest/gtest.h"
+#include "proto/decoded.grpc.pb.h"
+#include "server/server.h"
+#include "tests/common/model_path.h"
+
+namespace decoded::server {
+namespace {
+
+constexpr int kMaxSessions = 6;
+constexpr int kContext = 512;
+
+// grpc.health.v1.HealthCheckResponse.ServingStatus, read from the raw reply
+// (field 1, varint): 1 SERVING, 2 NOT_SERVING. The request (empty service
+// name) encodes as zero bytes.
+int HealthStatus(grpc::Channel* channel) {
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("", 0);
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel, grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, request, &response);
+  if (!s.ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
+  return 0;  // UNKNOWN (field absent)
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
+  close(fd);
+  return body;
+}
+
+struct TurnResult {
+  std::vector<int32_t> ids;
+  std::string text;
+  v1::TurnEnd end;
+  bool ended = false;
+};
+
+using Stream = grpc::ClientReaderWriter<v1::GenerateRequest, v1::GenerateResponse>;
+
+// Reads one turn's events; stops at TurnEnd or a broken stream.
+TurnResult ReadTurn(Stream* stream) {
+  TurnResult r;
+  v1::GenerateResponse resp;
+  while (stream->Read(&resp)) {
+    if (resp.has_token()) {
+      r.ids.push_back(resp.token().id());
+      r.text += resp.token().text();
+    } else if (resp.has_turn_end()) {
+      r.end = resp.turn_end();
+      r.ended = true;
+      break;
+    }
+  }
+  return r;
+}
+
+v1::GenerateRequest TextTurn(const std::string& text, int max_new_tokens, bool ignore_eos = true) {
+  v1::GenerateRequest req;
+  req.mutable_turn()->set_text(text);
+  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
+  req.mutable_turn()->mutable_stopping()->set_ignore_eos(ignore_eos);
+  return req;
+}
+
+v1::GenerateRequest TokensTurn(const std::vector<int32_t>& ids, int max_new_tokens) {
+  v1::GenerateRequest req;
+  req.mutable_turn()->mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
+  req.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+  return req;
+}
+
+class ServerE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(testing::RealModelPath())) return;
+    ServerOptions so;
+    so.listen = "127.0.0.1:0";
+    so.metrics_listen = "127.0.0.1:0";
+    auto server = DecodedServer::Start(so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    channel_ = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    health_before_ = HealthStatus(channel_->get());
+
+    serving::EngineOptions eo;
+    eo.model_path = testing::RealModelPath();
+    eo.workers = 2;
+    eo.threads_per_worker = 1;
+    eo.max_sessions = kMaxSessions;
+    eo.max_queued = 16;
+    eo.context_length = kContext;
+    ServerMetrics* metrics = &server_->metrics();
+    eo.on_step = [metrics](bool prefill, double seconds) { metrics->Step(prefill, seconds); };
+    auto engine = serving::Engine::Create(eo);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    server_->AttachEngine(*std::move(engine));
+    health_after_ = HealthStatus(channel_->get());
+  }
+
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete channel_;
+    channel_ = nullptr;
+  }
+
+  void SetUp() override {
+    DECODED_REQUIRE_REAL_MODEL();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(server_->engine(), nullptr);
+    stub_ = v1::Decoder::NewStub(*channel_);
+  }
+
+  std::vector<int32_t> Tokenize(const std::string& text, bool add_bos) {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest req;
+    req.set_text(text);
+    req.set_add_bos(add_bos);
+    req.set_parse_special(true);
+    v1::TokenizeResponse resp;
+    EXPECT_TRUE(stub_->Tokenize(&ctx, req, &resp).ok());
+    return {resp.ids().begin(), resp.ids().end()};
+  }
+
+  // One stream, one turn, half-close, OK status.
+  TurnResult Solo(const v1::GenerateRequest& req) {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Generate(&ctx);
+    EXPECT_TRUE(stream->Write(req));
+    TurnResult r = ReadTurn(stream.get());
+    stream->WritesDone();
+    grpc::Status s = stream->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+    return r;
+  }
+
+  // Sends `req` on a fresh stream and returns the status the server ends it with.
+  grpc::Status StatusOf(const v1::GenerateRequest& req) {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Generate(&ctx);
+    stream->Write(req);
+    v1::GenerateResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    return stream->Finish();
+  }
+
+  // Waits until the engine holds no session, context, binding or KV byte.
+  static bool EngineDrainsToZero(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      const EngineCounters c = GetEngineCounters();
+      if (server_->engine()->Stats().sessions_active == 0 && c.live_contexts == 0 && c.bound_nodes == 0 &&
+          c.kv_bytes == 0) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+  static DecodedServer* server_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+  static int health_before_;
+  static int health_after_;
+  std::unique_ptr<v1::Decoder::Stub> stub_;
+};
+
+DecodedServer* ServerE2eTest::server_ = nullptr;
+std::shared_ptr<grpc::Channel>* ServerE2eTest::channel_ = nullptr;
+int ServerE2eTest::health_before_ = -1;
+int ServerE2eTest::health_after_ = -1;
+
+TEST_F(ServerE2eTest, HealthIsNotServingUntilTheModelIsWarm) {
+  EXPECT_EQ(health_before_, 2);  // NOT_SERVING
+  EXPECT_EQ(health_after_, 1);   // SERVING
+}
+
+TEST_F(ServerE2eTest, ModelInfoAndTokenizeRoundTrip) {
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.family(), "gemma3");
+  EXPECT_EQ(info.vocab_size(), 262144);
+  EXPECT_EQ(info.session_context_length(), kContext);
+
+  const std::vector<int32_t> ids = Tokenize("Hello world", false);
+  ASSERT_FALSE(ids.empty());
+  grpc::ClientContext dctx;
+  v1::DetokenizeRequest dreq;
+  dreq.mutable_ids()->Add(ids.begin(), ids.end());
+  v1::DetokenizeResponse dresp;
+  ASSERT_TRUE(stub_->Detokenize(&dctx, dreq, &dresp).ok());
+  EXPECT_EQ(dresp.text(), "Hello world");
+
+  grpc::ClientContext bctx;
+  v1::DetokenizeRequest bad;
+  bad.add_ids(info.vocab_size());
+  EXPECT_EQ(stub_->Detokenize(&bctx, bad, &dresp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ServerE2eTest, StreamsATurnAndEndsIt) {
+  const std::string prompt = "The capital of France is";
+  TurnResult r = Solo(TextTurn(prompt, 6));
+  ASSERT_TRUE(r.ended);
+  EXPECT_EQ(r.end.finish_reason(), v1::LENGTH);
+  EXPECT_EQ(r.ids.size(), 6u);
+  EXPECT_EQ(r.end.usage().generated_tokens(), 6);
+  EXPECT_EQ(r.end.usage().prompt_tokens(), static_cast<int>(Tokenize(prompt, true).size()));
+  EXPECT_EQ(r.end.usage().cached_tokens(), 0);
+  EXPECT_GT(r.end.timings().ttft_ms(), 0);
+  // The streamed text is the detokenized ids (UTF-8 safe pieces concatenate).
+  grpc::ClientContext ctx;
+  v1::DetokenizeRequest dreq;
+  dreq.mutable_ids()->Add(r.ids.begin(), r.ids.end());
+  v1::DetokenizeResponse dresp;
+  ASSERT_TRUE(stub_->Detokenize(&ctx, dreq, &dresp).ok());
+  EXPECT_EQ(r.text, dresp.text());
+}
+
+TEST_F(ServerE2eTest, SecondTurnContinuesTheContext) {
+  const std::string a = "My favourite fruit is", b = " and my favourite colour is";
+  grpc::ClientContext ctx;
+  auto stream = stub_->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn(a, 5)));
+  TurnResult t1 = ReadTurn(stream.get());
+  ASSERT_TRUE(t1.ended);
+  ASSERT_TRUE(stream->Write(TextTurn(b, 5)));
+  TurnResult t2 = ReadTurn(stream.get());
+  ASSERT_TRUE(t2.ended);
+  stream->WritesDone();
+  ASSERT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(t2.end.usage().cached_tokens(), t1.end.usage().prompt_tokens() + 4);
+
+  // Reference: one turn over prompt A (with BOS) + turn 1's tokens + prompt B.
+  std::vector<int32_t> all = Tokenize(a, true);
+  all.insert(all.end(), t1.ids.begin(), t1.ids.end());
+  const std::vector<int32_t> bt = Tokenize(b, false);
+  all.insert(all.end(), bt.begin(), bt.end());
+  TurnResult ref = Solo(TokensTurn(all, 5));
+  EXPECT_EQ(t2.ids, ref.ids);
+}
+
+TEST_F(ServerE2eTest, CancelMidTurnKeepsTheSessionUsable) {
+  grpc::ClientContext ctx;
+  auto stream = stub_->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("Count to one hundred:", 200)));
+  v1::GenerateResponse resp;
+  int tokens = 0;
+  while (tokens < 2 && stream->Read(&resp)) tokens += resp.has_token();
+  v1::GenerateRequest cancel;
+  cancel.mutable_cancel();
+  ASSERT_TRUE(stream->Write(cancel));
+  TurnResult rest = ReadTurn(stream.get());
+  ASSERT_TRUE(rest.ended);
+  EXPECT_EQ(rest.end.finish_reason(), v1::CANCELLED);
+  EXPECT_LT(rest.end.usage().generated_tokens(), 200);
+
+  ASSERT_TRUE(stream->Write(TextTurn(" Again:", 3)));
+  TurnResult again = ReadTurn(stream.get());
+  ASSERT_TRUE(again.ended);
+  EXPECT_EQ(again.end.finish_reason(), v1::LENGTH);
+  EXPECT_EQ(again.ids.size(), 3u);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(ServerE2eTest, ClientDisconnectDropsTheSession) {
+  ASSERT_TRUE(EngineDrainsToZero(absl::Seconds(5)));
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Generate(&ctx);
+    ASSERT_TRUE(stream->Write(TextTurn("Tell me a long story:", 300)));
+    v1::GenerateResponse resp;
+    int tokens = 0;
+    while (tokens < 3 && stream->Read(&resp)) tokens += resp.has_token();
+    ASSERT_EQ(tokens, 3);
+    EXPECT_GT(GetEngineCounters().kv_bytes, 0);
+    EXPECT_GT(GetEngineCounters().bound_nodes, 0);
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  EXPECT_TRUE(EngineDrainsToZero(absl::Seconds(5)))
+      << "sessions " << server_->engine()->Stats().sessions_active << " kv " << GetEngineCounters().kv_bytes
+      << " bound " << GetEngineCounters().bound_nodes;
+}
+
+TEST_F(ServerE2eTest, ConcurrentGreedyStreamsMatchASoloRun) {
+  const v1::GenerateRequest req = TextTurn("Once upon a time", 6);
+  const TurnResult solo = Solo(req);
+  ASSERT_EQ(solo.ids.size(), 6u);
+  std::vector<TurnResult> results(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { results[i] = Solo(req); });
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(results[i].ids, solo.ids) << "stream " << i;
+    EXPECT_EQ(results[i].text, solo.text) << "stream " << i;
+  }
+}
+
+TEST_F(ServerE2eTest, BadRequestsGetTheirStatusWhileAnotherStreamGenerates) {
+  const int32_t vocab = server_->engine()->ModelInfo().vocab_size;
+  // A stream that keeps generating throughout.
+  TurnResult background;
+  std::thread bg([&] { background = Solo(TextTurn("List the planets:", 40)); });
+
+  EXPECT_EQ(StatusOf(TextTurn("", 4)).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(StatusOf(TokensTurn({1, vocab + 7}, 4)).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(StatusOf(TokensTurn(std::vector<int32_t>(kContext + 1, 100), 4)).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest hot = TextTurn("Hi", 4);
+  hot.mutable_turn()->mutable_sampling()->set_temperature(-0.5f);
+  EXPECT_EQ(StatusOf(hot).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  for (float top_p : {0.0f, 1.5f}) {
+    v1::GenerateRequest p = TextTurn("Hi", 4);
+    p.mutable_turn()->mutable_sampling()->set_top_p(top_p);
+    grpc::Status s = StatusOf(p);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "top_p " << top_p;
+    EXPECT_NE(s.error_message().find("top_p"), std::string::npos) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Generate(&ctx);
+    ASSERT_TRUE(stream->Write(TextTurn("Write a poem:", 200)));
+    stream->Write(TextTurn("Interrupt", 4));
+    v1::GenerateResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  bg.join();
+  ASSERT_TRUE(background.ended);
+  EXPECT_EQ(background.end.finish_reason(), v1::LENGTH);
+  EXPECT_EQ(background.ids.size(), 40u);
+}
+
+TEST_F(ServerE2eTest, TooManySessionsIsResourceExhausted) {
+  ASSERT_TRUE(EngineDrainsToZero(absl::Seconds(5)));
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < kMaxSessions; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub_->Generate(ctxs.back().get()));
+    ASSERT_TRUE(streams.back()->Write(TextTurn("Hi", 1)));
+    ASSERT_TRUE(ReadTurn(streams.back().get()).ended);  // the session is open
+  }
+  EXPECT_EQ(StatusOf(TextTurn("Hi", 1)).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (auto& s : streams) {
+    s->WritesDone();
+    EXPECT_TRUE(s->Finish().ok());
+  }
+  EXPECT_TRUE(EngineDrainsToZero(absl::Seconds(5)));
+  EXPECT_TRUE(Solo(TextTurn("Hi", 1)).ended);
+}
+
+TEST_F(ServerE2eTest, PromptLogprobsScoreThePrompt) {
+  v1::GenerateRequest req = TextTurn("The quick brown fox jumps over the lazy dog", 0);
+  req.mutable_turn()->set_prompt_logprobs(true);
+  TurnResult r = Solo(req);
+  ASSERT_TRUE(r.ended);
+  EXPECT_TRUE(r.ids.empty());
+  ASSERT_EQ(r.end.prompt_logprobs_size(), r.end.usage().prompt_tokens() - 1);
+  for (float lp : r.end.prompt_logprobs()) EXPECT_LE(lp, 0.0f);
+}
+
+TEST_F(ServerE2eTest, MetricsScrapeNamesTheMetrics) {
+  Solo(TextTurn("Hi", 2));
+  const std::string body = HttpGet(server_->metrics_port(), "/metrics");
+  for (const char* name :
+       {"decoded_sessions_active", "decoded_sessions_total", "decoded_admission_rejections_total",
+        "decoded_time_to_first_token_seconds", "decoded_inter_token_latency_seconds", "decoded_queue_time_seconds",
+        "decoded_step_duration_seconds", "decoded_prompt_tokens_total", "decoded_generated_tokens_total",
+        "decoded_graph_builds_total", "decoded_optimizer_runs_total", "decoded_rebinds_total",
+        "decoded_bound_nodes", "decoded_kv_bytes", "decoded_workers_busy"}) {
+    EXPECT_NE(body.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(body.find("phase=\"decode\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace decoded::server
