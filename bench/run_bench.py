@@ -52,6 +52,28 @@ def llamacpp(model, threads, n_prompt, n_decode):
             "llama_cpp_python": llama_cpp.__version__}
 
 
+def grpc_latency(build, model, threads, n_decode, port=50991):
+    """Starts the daemon with `threads` compute threads and streams n_decode
+    tokens through grpc_latency_bench."""
+    daemon = subprocess.Popen([os.path.join(build, "server", "decoded"), f"--model={model}",
+                               f"--listen=127.0.0.1:{port}", "--metrics_listen=", f"--threads={threads}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        cli = os.path.join(build, "client", "decoded-cli")
+        for _ in range(240):
+            if subprocess.run([cli, f"--server=127.0.0.1:{port}", "--info"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
+        bench = os.path.join(build, "bench", "grpc_latency_bench")
+        subprocess.run([bench, f"--server=127.0.0.1:{port}", "--tokens=16"], capture_output=True)  # warm
+        out = subprocess.run([bench, f"--server=127.0.0.1:{port}", f"--tokens={n_decode}"],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    finally:
+        daemon.terminate()
+        daemon.wait()
+
+
 def weight_bytes_per_token(model):
     """Bytes of weights a decode step reads: every matrix once (the tied
     embedding is read whole by the output projection; its row lookup is
@@ -92,7 +114,9 @@ def main():
     for t in args.threads:
         o = ours(args.build, args.model, t, args.prompt_tokens, args.decode_tokens)
         l = llamacpp(args.model, t, args.prompt_tokens, args.decode_tokens)
-        run = {"threads": t, "ours": o, "llama_cpp": l,
+        g = grpc_latency(args.build, args.model, t, args.decode_tokens)
+        run = {"threads": t, "ours": o, "llama_cpp": l, "grpc": g,
+               "grpc_over_inprocess_token_latency": round(g["client_inter_token_ms_mean"] / o["d2_step_ms"], 3),
                "decode_ratio_vs_llama_cpp": round(o["decode_tok_s"] / l["decode_tok_s"], 3),
                "prefill_ratio_vs_llama_cpp": round(o["prefill_tok_s"] / l["prefill_tok_s"], 3),
                "decode_fraction_of_1thread_bandwidth_limit": round(o["decode_tok_s"] / limit_1t, 3)}
@@ -102,7 +126,8 @@ def main():
               f"(x{run['prefill_ratio_vs_llama_cpp']}), D2 step {o['d2_step_ms']:.2f} ms vs D1 {o['d1_step_ms']:.2f} ms "
               f"(x{o['d2_over_d1_speedup']:.2f}), allocs/rebind {o['heap_allocations_per_rebind_step']}, "
               f"{run['decode_fraction_of_1thread_bandwidth_limit']:.2f} of the 1-thread bandwidth limit "
-              f"({limit_1t:.0f} tok/s)", flush=True)
+              f"({limit_1t:.0f} tok/s); token latency in-process {o['d2_step_ms']:.2f} ms vs through gRPC "
+              f"{g['client_inter_token_ms_mean']:.2f} ms (p99 {g['client_inter_token_ms_p99']:.2f})", flush=True)
     print(json.dumps(report, indent=1))
 
 
