@@ -21,12 +21,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/backend.h"
 #include "engine/engine_counters.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace decoded {
 
-class Executor;
 class DecodeContext;
 
 struct ModelInfo {

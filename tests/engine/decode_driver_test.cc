@@ -240,6 +240,24 @@ TEST_F(TinyFixtureTest, BadTokenAndFullCacheAreRejectedBeforeAnyWrite) {
   EXPECT_EQ(kv->cached_len(), 4);
 }
 
+// Nothing a decode step touches is sized by the cache capacity: the held
+// plan's arena and every bound data buffer are the same for a 64-row and a
+// 4096-row cache (attention reads key bounds over the live range).
+TEST_F(TinyFixtureTest, HeldPlanFootprintDoesNotDependOnCapacity) {
+  Loaded l = Load(path_);
+  ASSERT_NE(l.model, nullptr);
+  CpuExecutor ex(1);
+  auto footprint = [&](int32_t capacity) {
+    auto kv = NewKv(*l.model, capacity);
+    DecodeSession s;
+    EXPECT_TRUE(forward_with_kv_context_persistent(*l.model, *kv, s, 2, ex).ok());
+    size_t bytes = s.plan->arena_bytes();
+    for (const auto& b : s.buffers) bytes += b ? b->size() : 0;
+    return bytes;
+  };
+  EXPECT_EQ(footprint(64), footprint(4096));
+}
+
 TEST(RealModelDriverTest, PersistentDecodeIsByteIdenticalToRebuild) {
   DECODED_REQUIRE_REAL_MODEL();
   Loaded l = Load(testing::RealModelPath());
