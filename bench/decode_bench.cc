@@ -7,11 +7,8 @@
 // and counts heap allocations per rebind step. Prints one JSON object; the
 // driver script bench/run_bench.py compares it with llama.cpp in the same run.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -21,6 +18,7 @@
 #include "engine/decode_driver.h"
 #include "engine/model_registry.h"
 #include "engine/runtime.h"
+#include "tests/common/counting_allocator.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model path");
 ABSL_FLAG(int, threads, 1, "compute threads");
@@ -28,17 +26,6 @@ ABSL_FLAG(int, prompt_tokens, 128, "prompt length for the prefill measurement");
 ABSL_FLAG(int, decode_tokens, 128, "decode steps measured");
 ABSL_FLAG(int, d1_tokens, 16, "decode steps measured with D1 (rebuild per token)");
 ABSL_FLAG(int, repeats, 3, "repetitions; the best is reported");
-
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace decoded {
 namespace {
@@ -89,7 +76,7 @@ int Run() {
     int32_t tok = 3000;
     // First token builds the plan; it is not part of the steady-state rate.
     if (!forward_with_kv_context_persistent(m, **kv, session, tok, ex).ok()) return 1;
-    const int64_t a0 = g_allocations.load();
+    const int64_t a0 = testing::HeapAllocations();
     auto t2 = Clock::now();
     for (int i = 0; i < n_decode; ++i) {
       auto r = forward_with_kv_context_persistent(m, **kv, session, tok, ex);
@@ -97,7 +84,7 @@ int Run() {
       tok = static_cast<int32_t>(std::max_element(r->begin(), r->end()) - r->begin());
     }
     auto t3 = Clock::now();
-    allocs_per_step = (g_allocations.load() - a0) / std::max(n_decode, 1);
+    allocs_per_step = (testing::HeapAllocations() - a0) / std::max(n_decode, 1);
     best_decode = std::min(best_decode, Seconds(t2, t3));
 
     auto t4 = Clock::now();

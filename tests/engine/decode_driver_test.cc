@@ -5,11 +5,8 @@
 #include "engine/decode_driver.h"
 #include "engine/engine_counters.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -17,27 +14,8 @@
 #include "engine/graph/optimizer.h"
 #include "engine/model_registry.h"
 #include "gtest/gtest.h"
+#include "tests/common/counting_allocator.h"
 #include "tests/common/model_path.h"
-
-// Counting allocator: every operator new in this process bumps the counter.
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace decoded {
 namespace {
@@ -210,12 +188,16 @@ TEST_F(TinyFixtureTest, RebindStepAllocatesNoHeapMemory) {
   DecodeSession s;
   ASSERT_TRUE(forward_with_kv_context_persistent(*l.model, *kv, s, 2, ex).ok());
   ASSERT_TRUE(forward_with_kv_context_persistent(*l.model, *kv, s, 3, ex).ok());
-  const int64_t before = g_allocations.load();
+  const int64_t before = testing::HeapAllocations();
   for (int32_t t = 4; t < 20; ++t) {
     auto r = rebind_and_realize_prebuilt(*l.model, *kv, s, t, ex);
     ASSERT_TRUE(r.ok());
   }
-  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(testing::HeapAllocations() - before, 0);
+  // Control: the counter sees allocations (a D1 step builds a graph).
+  const int64_t control = testing::HeapAllocations();
+  ASSERT_TRUE(forward_with_kv_context(*l.model, *kv, std::vector<int32_t>{5}, false, ex).ok());
+  EXPECT_GT(testing::HeapAllocations() - control, 0);
 }
 
 TEST_F(TinyFixtureTest, BadTokenAndFullCacheAreRejectedBeforeAnyWrite) {

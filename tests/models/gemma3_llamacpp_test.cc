@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/model_path.h"
+#include "tests/common/plan_override_model.h"
 
 namespace decoded {
 namespace {
@@ -109,33 +110,6 @@ class Comparator {
   const nlohmann::json& ref_;
 };
 
-// Substitutes the RoPE plan: the deliberately broken model.
-class SwappedRopeBases final : public DecodeModel {
- public:
-  explicit SwappedRopeBases(const DecodeModel& base) : base_(base) {
-    const RopePlan& rp = base.rope_plan();
-    std::vector<RopeLayer> layers;
-    for (int32_t il = 0; il < base.dims().n_layers; ++il) layers.push_back(rp.variant(1 - rp.variant_of(il)));
-    rope_ = *RopePlan::Create(layers, rp.head_dim());
-  }
-  const std::string& family() const override { return base_.family(); }
-  uint64_t structural_hash() const override { return base_.structural_hash() ^ 1; }
-  const Weights& weights() const override { return base_.weights(); }
-  Backend& backend() const override { return base_.backend(); }
-  int32_t trained_context_length() const override { return base_.trained_context_length(); }
-  const DecodeDims& dims() const override { return base_.dims(); }
-  const MaskPlan& mask_plan() const override { return base_.mask_plan(); }
-  const RopePlan& rope_plan() const override { return rope_; }
-  NodeId embed(Graph& g, NodeId ids) const override { return base_.embed(g, ids); }
-  NodeId decode_apply_layer(const DecodeLayerInputs& in) const override { return base_.decode_apply_layer(in); }
-  NodeId output_logits(Graph& g, NodeId h) const override { return base_.output_logits(g, h); }
-  KvOffsetPath kv_offset_path() const override { return base_.kv_offset_path(); }
-
- private:
-  const DecodeModel& base_;
-  RopePlan rope_;
-};
-
 class LlamaCppReferenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -172,7 +146,7 @@ TEST_F(LlamaCppReferenceTest, GreedyTokensAndLogitsAgreeWithinTheQuantizationNoi
 }
 
 TEST_F(LlamaCppReferenceTest, BrokenRopeIsFarOutsideTheTolerances) {
-  SwappedRopeBases broken(*model_);
+  testing::PlanOverrideModel broken = testing::PlanOverrideModel::SwappedRopeBases(*model_);
   const Agreement a = Comparator(broken, ref_).Run();
   std::printf("[ measured ] swapped RoPE bases: argmax equal at %d of %d, violations %d, mean |d| %.3f\n",
               a.exact_argmax, a.steps, a.violations, a.mean_abs);

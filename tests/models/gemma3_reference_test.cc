@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/model_path.h"
+#include "tests/common/plan_override_model.h"
 
 namespace decoded {
 namespace {
@@ -49,30 +50,7 @@ Fixture LoadFixture(const std::string& name) {
   return f;
 }
 
-// Delegates everything to a real family but substitutes its plans or scale:
-// the "deliberately broken" implementations.
-class BrokenVariant final : public DecodeModel {
- public:
-  BrokenVariant(const DecodeModel& base, std::optional<MaskPlan> mask, std::optional<RopePlan> rope)
-      : base_(base), mask_(std::move(mask)), rope_(std::move(rope)) {}
-  const std::string& family() const override { return base_.family(); }
-  uint64_t structural_hash() const override { return base_.structural_hash() ^ 1; }
-  const Weights& weights() const override { return base_.weights(); }
-  Backend& backend() const override { return base_.backend(); }
-  int32_t trained_context_length() const override { return base_.trained_context_length(); }
-  const DecodeDims& dims() const override { return base_.dims(); }
-  const MaskPlan& mask_plan() const override { return mask_ ? *mask_ : base_.mask_plan(); }
-  const RopePlan& rope_plan() const override { return rope_ ? *rope_ : base_.rope_plan(); }
-  NodeId embed(Graph& g, NodeId ids) const override { return base_.embed(g, ids); }
-  NodeId decode_apply_layer(const DecodeLayerInputs& in) const override { return base_.decode_apply_layer(in); }
-  NodeId output_logits(Graph& g, NodeId h) const override { return base_.output_logits(g, h); }
-  KvOffsetPath kv_offset_path() const override { return base_.kv_offset_path(); }
-
- private:
-  const DecodeModel& base_;
-  std::optional<MaskPlan> mask_;
-  std::optional<RopePlan> rope_;
-};
+using testing::PlanOverrideModel;
 
 // Max |ours - reference| over prefill rows and every decode step.
 double MaxAbsError(const DecodeModel& model, const nlohmann::json& ref) {
@@ -131,7 +109,7 @@ TEST(Gemma3BrokenVariantTest, WindowOffByOneExceedsTolerance) {
     const int32_t w = mp.window(mp.variant_of(il));
     windows.push_back(w == 0 ? 0 : w + 1);
   }
-  BrokenVariant broken(*f.model, *MaskPlan::Create(windows), std::nullopt);
+  PlanOverrideModel broken(*f.model, *MaskPlan::Create(windows), std::nullopt);
   const double err = MaxAbsError(broken, f.ref);
   std::printf("[ measured ] window+1: max err %.3g\n", err);
   EXPECT_GT(err, 10 * kTolerance);
@@ -140,11 +118,8 @@ TEST(Gemma3BrokenVariantTest, WindowOffByOneExceedsTolerance) {
 TEST(Gemma3BrokenVariantTest, SwappedRopeBasesExceedTolerance) {
   Fixture f = LoadFixture("swa");
   ASSERT_NE(f.model, nullptr);
-  const RopePlan& rp = f.model->rope_plan();
-  ASSERT_EQ(rp.n_variants(), 2);
-  std::vector<RopeLayer> layers;
-  for (int32_t il = 0; il < f.model->dims().n_layers; ++il) layers.push_back(rp.variant(1 - rp.variant_of(il)));
-  BrokenVariant broken(*f.model, std::nullopt, *RopePlan::Create(layers, rp.head_dim()));
+  ASSERT_EQ(f.model->rope_plan().n_variants(), 2);
+  PlanOverrideModel broken = PlanOverrideModel::SwappedRopeBases(*f.model);
   const double err = MaxAbsError(broken, f.ref);
   std::printf("[ measured ] swapped RoPE bases: max err %.3g\n", err);
   EXPECT_GT(err, 10 * kTolerance);
@@ -153,8 +128,8 @@ TEST(Gemma3BrokenVariantTest, SwappedRopeBasesExceedTolerance) {
 TEST(Gemma3BrokenVariantTest, GlobalOnlyAttentionExceedsTolerance) {
   Fixture f = LoadFixture("swa");
   ASSERT_NE(f.model, nullptr);
-  BrokenVariant broken(*f.model, *MaskPlan::Create(std::vector<int32_t>(f.model->dims().n_layers, 0)),
-                       std::nullopt);
+  PlanOverrideModel broken(*f.model, *MaskPlan::Create(std::vector<int32_t>(f.model->dims().n_layers, 0)),
+                           std::nullopt);
   const double err = MaxAbsError(broken, f.ref);
   std::printf("[ measured ] no sliding window: max err %.3g\n", err);
   EXPECT_GT(err, 10 * kTolerance);
