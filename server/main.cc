@@ -37,6 +37,7 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; with --tls_key enab
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, auth_token, "", "if set, RPCs need 'authorization: Bearer <token>'");
 ABSL_FLAG(int, drain_seconds, 10, "grace period for open streams on SIGTERM");
+ABSL_FLAG(int, stuck_step_seconds, 30, "health turns NOT_SERVING while one step runs longer than this");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("decoded --model FILE [--listen ADDR] [--workers N] ...");
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   server_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   server_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   server_options.auth_token = absl::GetFlag(FLAGS_auth_token);
+  server_options.stuck_step_threshold = absl::Seconds(absl::GetFlag(FLAGS_stuck_step_seconds));
   auto server = decoded::server::DecodedServer::Start(server_options);
   if (!server.ok()) {
     std::cerr << "decoded: " << server.status() << "\n";

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const ServerOptions& options) {
   std::unique_ptr<DecodedServer> server(new DecodedServer());
+  server->stuck_step_threshold_ = options.stuck_step_threshold;
   server->metrics_ = std::make_unique<ServerMetrics>();
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer = server->metrics_->Expose(options.metrics_listen);
@@ -79,11 +81,32 @@ void DecodedServer::AttachEngine(std::unique_ptr<serving::Engine> engine) {
   metrics_->SetEngine(engine_.get());
   service_->AttachEngine(engine_.get());
   SetServing(true);
+  watchdog_ = std::thread([this] { WatchForStuckSteps(); });
+}
+
+void DecodedServer::WatchForStuckSteps() {
+  bool stuck = false;
+  while (!stop_watchdog_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+    const double age = engine_->Stats().longest_running_step_seconds;
+    const bool now_stuck = age > absl::ToDoubleSeconds(stuck_step_threshold_);
+    if (now_stuck == stuck || drained_.load()) continue;
+    stuck = now_stuck;
+    if (stuck) {
+      std::cerr << "decoded: a worker has been inside one step for " << age << " s; health reports NOT_SERVING\n";
+    } else {
+      std::cerr << "decoded: the stuck step returned; health reports SERVING again\n";
+    }
+    SetServing(!stuck);
+  }
 }
 
 void DecodedServer::Drain(absl::Duration deadline) {
-  if (drained_ || server_ == nullptr) return;
+  if (drained_.load() || server_ == nullptr) return;
   drained_ = true;
+  if (watchdog_.joinable()) {
+    stop_watchdog_.Notify();
+    watchdog_.join();
+  }
   SetServing(false);
   service_->StartDraining();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + deadline));

@@ -8,10 +8,14 @@
 #ifndef DECODED_SERVER_SERVER_H_
 #define DECODED_SERVER_SERVER_H_
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "grpcpp/grpcpp.h"
@@ -26,6 +30,9 @@ struct ServerOptions {
   std::string tls_cert_file;               // both set: TLS, else plaintext
   std::string tls_key_file;
   std::string auth_token;                  // non-empty: bearer token required
+  // Health turns NOT_SERVING while a worker has been inside one step for
+  // longer than this (a wedged engine), and SERVING again once it returns.
+  absl::Duration stuck_step_threshold = absl::Seconds(30);
 };
 
 class DecodedServer {
@@ -54,6 +61,8 @@ class DecodedServer {
  private:
   DecodedServer() = default;
   void SetServing(bool serving);
+  // Polls the engine's longest running step and flips health accordingly.
+  void WatchForStuckSteps();
 
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;
@@ -61,7 +70,10 @@ class DecodedServer {
   std::unique_ptr<serving::Engine> engine_;  // outlives server_ (declared before it)
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  bool drained_ = false;
+  absl::Duration stuck_step_threshold_;
+  std::atomic<bool> drained_{false};
+  absl::Notification stop_watchdog_;
+  std::thread watchdog_;
 };
 
 }  // namespace decoded::server

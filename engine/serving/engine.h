@@ -130,6 +130,9 @@ struct EngineStats {
   int64_t sessions_active = 0;
   int64_t turns_queued = 0;   // runnable turns waiting for a worker
   int64_t workers_busy = 0;
+  // Age of the oldest step a worker is running now (0 when idle): a step that
+  // runs for seconds means the worker loop is wedged (health reports it).
+  double longest_running_step_seconds = 0;
   // Process-wide engine counters (GetEngineCounters()).
   int64_t graph_builds = 0;
   int64_t optimizer_runs = 0;

@@ -19,6 +19,7 @@ struct Scheduler::Session {
   bool cancel = false;    // end the turn before its next step
   bool queued = false;    // in runnable_
   bool running = false;   // a worker holds it (stepping or emitting)
+  Clock::time_point step_started;  // when the worker took it (valid while running)
   bool closing = false;
 };
 
@@ -166,6 +167,12 @@ EngineStats Scheduler::Stats() const {
   stats.sessions_active = static_cast<int64_t>(sessions_.size());
   stats.turns_queued = static_cast<int64_t>(runnable_.size());
   stats.workers_busy = busy_;
+  const Clock::time_point now = Clock::now();
+  for (const auto& [id, session] : sessions_) {
+    if (!session->running) continue;
+    stats.longest_running_step_seconds = std::max(
+        stats.longest_running_step_seconds, std::chrono::duration<double>(now - session->step_started).count());
+  }
   return stats;
 }
 
@@ -192,6 +199,7 @@ void Scheduler::WorkerLoop() {
       runnable_.pop_front();
       s->queued = false;
       s->running = true;
+      s->step_started = Clock::now();
       ++busy_;
       if (!s->turn_started) {
         s->turn_started = true;

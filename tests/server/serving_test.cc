@@ -363,6 +363,23 @@ TEST_F(SchedulerTest, CloseWaitsForTheRunningStepThenDropsTheContext) {
   EXPECT_EQ(sched->Stats().sessions_active, 0);
 }
 
+// The age of a running step is what health watches for a wedged worker loop.
+TEST_F(SchedulerTest, StatsReportTheAgeOfTheRunningStep) {
+  auto sched = MakeScheduler(1);
+  SessionId a = *sched->Open();
+  RecordingSink sa;
+  EXPECT_EQ(sched->Stats().longest_running_step_seconds, 0);
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(a, Turn({0}, 5), &sa).ok());
+  world_.WaitStepsStarted(1);
+  absl::SleepFor(absl::Milliseconds(120));
+  EXPECT_GE(sched->Stats().longest_running_step_seconds, 0.1);
+  world_.Resume();
+  ASSERT_TRUE(sa.WaitEnd());
+  sched->Close(a);
+  EXPECT_EQ(sched->Stats().longest_running_step_seconds, 0);
+}
+
 TEST_F(SchedulerTest, SessionAndQueueLimitsAreEnforced) {
   auto sched = MakeScheduler(1, /*max_sessions=*/3, /*max_queued=*/1);
   SessionId a = *sched->Open(), b = *sched->Open(), c = *sched->Open();
