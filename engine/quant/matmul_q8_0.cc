@@ -119,12 +119,50 @@ float DotRow(const uint8_t* wrow, int64_t nb, const BlockQ8_0* xa) {
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
+// DotRow for kM activation rows at once (prefill): each weight pair is
+// decoded once and used kM times. Accumulation order per activation row is
+// DotRow's exactly, so a position's logits do not depend on whether it was
+// prefilled in a batch or decoded alone.
+template <typename P, int kM>
+void DotRowMulti(const uint8_t* wrow, int64_t nb, const BlockQ8_0* const* xa, float* out, int64_t out_stride) {
+  const auto* blk = reinterpret_cast<const typename P::Block*>(wrow);
+  __m512 acc0[kM], acc1[kM];
+  for (int i = 0; i < kM; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  auto term = [&](int64_t b, bool single, __m512* acc) {
+    const __m512i codes = P::Codes(blk + b, single);
+    for (int i = 0; i < kM; ++i) {
+      const ActPair a = LoadActPair<P>(xa[i], b, single);
+      const __m512i s = _mm512_dpbusd_epi32(a.negcorr, codes, a.a);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), PairScale(blk[b].d, single ? 0 : blk[b + 1].d, a.da), acc[i]);
+    }
+  };
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    term(b, false, acc0);
+    term(b + 2, false, acc1);
+  }
+  if (b + 2 <= nb) {
+    term(b, false, acc0);
+    b += 2;
+  }
+  if (b < nb) term(b, true, acc1);
+  for (int i = 0; i < kM; ++i) out[i * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+}
+
 template <typename P>
 void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   const int64_t nb = k / kQK;
+  constexpr int kM = 4;
   for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t i = 0; i < m; ++i) {
-      y[i * ldy + r] = DotRow<P>(w + r * w_row_bytes, nb, reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes));
+    const uint8_t* wrow = w + r * w_row_bytes;
+    int64_t i = 0;
+    for (; i + kM <= m; i += kM) {
+      const BlockQ8_0* xa[kM];
+      for (int j = 0; j < kM; ++j) xa[j] = reinterpret_cast<const BlockQ8_0*>(xq + (i + j) * xq_row_bytes);
+      DotRowMulti<P, kM>(wrow, nb, xa, y + i * ldy + r, ldy);
+    }
+    for (; i < m; ++i) {
+      y[i * ldy + r] = DotRow<P>(wrow, nb, reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes));
     }
   }
 }

@@ -161,7 +161,7 @@ TEST(QuantKernels, MatMulMatchesDequantizedReferenceForEveryType) {
     // 96 = 3 blocks of 32 (odd block count); 40 exercises f32-type tails.
     for (int64_t k : {int64_t{40}, int64_t{96}, int64_t{256}, int64_t{640}, int64_t{1024}, int64_t{2048}}) {
       if (k % bs != 0) continue;
-      for (int64_t m : {int64_t{1}, int64_t{3}}) {
+      for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{9}}) {  // 9: batched rows plus a remainder
         const Bytes w = RandomWeights(t, kRows, k, rng);
         const std::vector<float> x = RandomActivations(m, k, rng);
         const Converted xq = ConvertActivations(t, x, m, k);
