@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export DECODED_MODEL_PATH="${DECODED_MODEL_PATH:-$(scripts/fetch_model.sh)}"
+# An all-F32 copy of the same weights (made locally, verified by sha256) for
+# the tight real-architecture comparison with transformers.
+export DECODED_F32_MODEL_PATH="${DECODED_F32_MODEL_PATH:-$(scripts/fetch_f32_model.sh)}"
 export DECODED_REQUIRE_MODEL=1
 
 BUILD_DIR=build scripts/build.sh -DDECODED_SANITIZE=OFF
