@@ -17,7 +17,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/status/statusor.h"
 #include "client/turn_stream.h"
 #include "grpcpp/grpcpp.h"
@@ -227,7 +229,15 @@ absl::Status Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("decoded-cli [--server ADDR] [--prompt TEXT | --chat] [sampling flags]");
-  absl::ParseCommandLine(argc, argv);
+  // --help lists this file's flags (absl matches flags by their defining file).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "client/main.cc"); };
+  absl::SetFlagsUsageConfig(usage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "decoded-cli: unexpected argument '" << rest[1] << "' (the prompt is given with --prompt)\n";
+    return 1;
+  }
   absl::Status status = decoded::client::Main();
   if (!status.ok()) {
     std::cerr << "decoded-cli: " << status << "\n";

@@ -10,18 +10,30 @@ namespace decoded::server {
 GenerateReactor::GenerateReactor(serving::Engine* engine, ServerMetrics* metrics, absl::Status refuse)
     : engine_(engine), metrics_(metrics) {
   if (engine_ == nullptr || !refuse.ok()) {
-    Finish(ToGrpcStatus(refuse.ok() ? absl::UnavailableError("the model is not loaded") : refuse));
+    RefuseAtOnce(ToGrpcStatus(refuse.ok() ? absl::UnavailableError("the model is not loaded") : refuse));
     return;
   }
   absl::StatusOr<serving::SessionId> session = engine_->OpenSession();
   if (!session.ok()) {
     if (absl::IsResourceExhausted(session.status())) metrics_->AdmissionRejected();
-    Finish(ToGrpcStatus(session.status()));
+    RefuseAtOnce(ToGrpcStatus(session.status()));
     return;
   }
   session_ = *session;
   active_.emplace(metrics_);
   StartRead(&request_);
+}
+
+// Goes through the same once-only bookkeeping as every other finish, so a
+// cancel or deadline that arrives after the refusal cannot Finish() again.
+void GenerateReactor::RefuseAtOnce(const grpc::Status& status) {
+  bool finish;
+  {
+    absl::MutexLock lock(&mu_);
+    RequestFinishLocked(status);
+    finish = TakeFinishLocked();
+  }
+  if (finish) Finish(status);
 }
 
 void GenerateReactor::OnReadDone(bool ok) {

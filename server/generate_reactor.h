@@ -60,6 +60,8 @@ class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest
   const v1::GenerateResponse* QueueLocked(v1::GenerateResponse response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the final status (the first one wins); drops unsent responses
   // when it is an error.
+  // Finishes a stream refused in the constructor (no session opened).
+  void RefuseAtOnce(const grpc::Status& status);
   void RequestFinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when Finish is to be called now (by the caller, after unlocking).
   bool TakeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

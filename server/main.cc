@@ -5,13 +5,19 @@
 // streams refused, open streams get --drain_seconds to finish.
 #include <signal.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "server/server.h"
@@ -41,14 +47,48 @@ ABSL_FLAG(int, stuck_step_seconds, 30, "health turns NOT_SERVING while one step 
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("decoded --model FILE [--listen ADDR] [--workers N] ...");
-  absl::ParseCommandLine(argc, argv);
+  // --help lists this file's flags (absl matches flags by their defining file).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); };
+  absl::SetFlagsUsageConfig(usage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "decoded: unexpected argument '" << rest[1] << "' (the model is given with --model)\n";
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_drain_seconds) < 0 || absl::GetFlag(FLAGS_stuck_step_seconds) <= 0) {
+    std::cerr << "decoded: --drain_seconds must be >= 0 and --stuck_step_seconds > 0\n";
+    return 1;
+  }
+  const unsigned cores = std::thread::hardware_concurrency();
+  const long compute_threads = static_cast<long>(absl::GetFlag(FLAGS_workers)) * absl::GetFlag(FLAGS_threads);
+  if (cores > 0 && compute_threads > static_cast<long>(cores)) {
+    std::cerr << "decoded: warning: --workers x --threads = " << compute_threads << " compute threads on " << cores
+              << " cores; oversubscribed compute teams run far slower than one thread per core\n";
+  }
 
-  // Block the drain signals in every thread; main waits for them with sigwait.
+  // Block the drain signals in every thread; a dedicated thread waits for
+  // them. Before the engine is serving there is nothing to drain, so a signal
+  // then (e.g. during a long model load) exits at once.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::atomic<bool> serving{false};
+  std::atomic<int> received{0};
+  absl::Notification drain;
+  std::thread signal_waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    received = sig;
+    if (!serving.load()) {
+      std::cerr << "decoded: signal " << sig << " before serving, exiting\n";
+      std::_Exit(128 + sig);
+    }
+    drain.Notify();
+  });
+  signal_waiter.detach();
 
   decoded::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
@@ -80,11 +120,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*server)->AttachEngine(*std::move(engine));
+  serving = true;
   std::cerr << "decoded: serving\n";
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  std::cerr << "decoded: signal " << sig << ", draining\n";
+  drain.WaitForNotification();
+  std::cerr << "decoded: signal " << received.load() << ", draining\n";
   (*server)->Drain(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
   std::cerr << "decoded: stopped\n";
   return 0;

@@ -55,6 +55,8 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A second daemon on a busy port must fail, not share it (gRPC defaults to SO_REUSEPORT).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));

@@ -168,6 +168,10 @@ size_t Sampler::SelectCandidates(size_t n, float m) {
     }
     return kept;
   }
+  if (all) {
+    // top_k >= vocabulary size: no filter applied, every id is a candidate.
+    for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(i);
+  }
   return count;  // top-k only (the other branches return above)
 }
 

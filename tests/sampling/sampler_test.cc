@@ -103,6 +103,19 @@ TEST(SamplerTest, TopKOfOneEqualsGreedy) {
   for (int32_t id : Draws(p, logits, 200)) EXPECT_EQ(id, argmax);
 }
 
+// top_k at or above the vocabulary size filters nothing: draws follow the
+// unfiltered distribution, same seed, same tokens.
+TEST(SamplerTest, TopKAtLeastTheVocabularyIsNoFilter) {
+  const std::vector<float> logits = PseudoRandomLogits(300, 4);
+  SamplingParams off = Params(1.0f, 21);
+  const std::vector<int32_t> want = Draws(off, logits, 200);
+  for (int32_t k : {300, 301, 1 << 30}) {
+    SamplingParams p = off;
+    p.top_k = k;
+    EXPECT_EQ(Draws(p, logits, 200), want) << "top_k " << k;
+  }
+}
+
 TEST(SamplerTest, TopKRestrictsDrawsToTheKBest) {
   // Flat logits except three clear leaders; top_k = 3 must never leave them.
   std::vector<float> logits(100, 0.0f);

@@ -404,6 +404,39 @@ TEST_F(ServerE2eTest, TooManySessionsIsResourceExhausted) {
   EXPECT_TRUE(Solo(TextTurn("Hi", 1)).ended);
 }
 
+// A refused stream whose client cancels or times out right away must not be
+// finished twice (gRPC aborts the process on a second Finish).
+TEST_F(ServerE2eTest, RefusedStreamsThatCancelAtOnceLeaveTheServerUp) {
+  ASSERT_TRUE(EngineDrainsToZero(absl::Seconds(5)));
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < kMaxSessions; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub_->Generate(ctxs.back().get()));
+    ASSERT_TRUE(streams.back()->Write(TextTurn("Hi", 1)));
+    ASSERT_TRUE(ReadTurn(streams.back().get()).ended);
+  }
+  std::vector<std::thread> attackers;
+  for (int t = 0; t < 4; ++t) {
+    attackers.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1 + (i + t) % 5));
+        auto stream = stub_->Generate(&ctx);
+        if (i % 2 == 0) ctx.TryCancel();
+        stream->Finish();
+      }
+    });
+  }
+  for (auto& a : attackers) a.join();
+  for (auto& s : streams) {
+    s->WritesDone();
+    EXPECT_TRUE(s->Finish().ok());
+  }
+  EXPECT_TRUE(EngineDrainsToZero(absl::Seconds(5)));
+  EXPECT_TRUE(Solo(TextTurn("Hi", 1)).ended);  // still serving
+}
+
 TEST_F(ServerE2eTest, PromptLogprobsScoreThePrompt) {
   v1::GenerateRequest req = TextTurn("The quick brown fox jumps over the lazy dog", 0);
   req.mutable_turn()->set_prompt_logprobs(true);
