@@ -57,24 +57,26 @@ void GenerateReactor::OnReadDone(bool ok) {
 void GenerateReactor::HandleRequest() {
   absl::Status status;
   if (request_.has_cancel()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (turn_running_) cancel_requested_ = true;
+    }
     status = engine_->CancelTurn(*session_);
   } else if (request_.has_turn()) {
     absl::StatusOr<serving::TurnRequest> turn = TurnFromProto(request_.turn());
     if (!turn.ok()) {
       status = turn.status();
     } else {
-      bool was_running;
       {
+        // A turn sent right after a cancel waits for the cancelled turn's
+        // TurnEnd instead of being refused; reading pauses until then.
         absl::MutexLock lock(&mu_);
-        was_running = turn_running_;
-        turn_running_ = true;  // before Submit: events may arrive before it returns
-        have_last_token_ = false;
+        if (turn_running_ && cancel_requested_ && !pending_turn_) {
+          pending_turn_ = *std::move(turn);
+          return;
+        }
       }
-      status = engine_->SubmitTurn(*session_, *turn, this);
-      if (!status.ok()) {
-        absl::MutexLock lock(&mu_);
-        turn_running_ = was_running;
-      }
+      status = SubmitTurn(*std::move(turn));
     }
   } else {
     status = absl::InvalidArgumentError("a GenerateRequest must carry a turn or a cancel");
@@ -84,6 +86,27 @@ void GenerateReactor::HandleRequest() {
     StartRead(&request_);
     return;
   }
+  Refuse(status);
+}
+
+absl::Status GenerateReactor::SubmitTurn(serving::TurnRequest turn) {
+  bool was_running;
+  {
+    absl::MutexLock lock(&mu_);
+    was_running = turn_running_;
+    turn_running_ = true;  // before Submit: events may arrive before it returns
+    cancel_requested_ = false;
+    have_last_token_ = false;
+  }
+  absl::Status status = engine_->SubmitTurn(*session_, turn, this);
+  if (!status.ok()) {
+    absl::MutexLock lock(&mu_);
+    turn_running_ = was_running;
+  }
+  return status;
+}
+
+void GenerateReactor::Refuse(const absl::Status& status) {
   if (absl::IsResourceExhausted(status)) metrics_->AdmissionRejected();
   // A refused request ends the stream with its status; the running turn (if
   // any) is cancelled by closing the session when the stream is done.
@@ -117,12 +140,18 @@ void GenerateReactor::OnToken(const serving::TokenEvent& event) {
 
 void GenerateReactor::OnTurnEnd(const serving::TurnEnd& end) {
   metrics_->TurnEnded(end);
+  std::optional<serving::TurnRequest> next;  // a turn that waited for this one's end
   const v1::GenerateResponse* write = nullptr;
   bool finish = false;
   std::optional<grpc::Status> status;
   {
     absl::MutexLock lock(&mu_);
     turn_running_ = false;
+    cancel_requested_ = false;
+    if (pending_turn_ && !finish_status_ && end.reason != serving::FinishReason::kError) {
+      next = std::move(pending_turn_);
+    }
+    pending_turn_.reset();
     if (end.reason == serving::FinishReason::kError) {
       RequestFinishLocked(ToGrpcStatus(end.error));
     } else {
@@ -135,7 +164,18 @@ void GenerateReactor::OnTurnEnd(const serving::TurnEnd& end) {
     status = finish_status_;
   }
   if (write != nullptr) StartWrite(write);
-  if (finish) Finish(*status);
+  if (finish) {
+    Finish(*status);
+    return;
+  }
+  if (next) {
+    const absl::Status submitted = SubmitTurn(*std::move(next));
+    if (submitted.ok()) {
+      StartRead(&request_);
+    } else {
+      Refuse(submitted);
+    }
+  }
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {

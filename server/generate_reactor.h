@@ -56,6 +56,10 @@ class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest
   ~GenerateReactor() override = default;
 
   void HandleRequest();
+  // Marks a turn running and submits it to the engine (unlocked).
+  absl::Status SubmitTurn(serving::TurnRequest turn) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the stream with a refused request's status.
+  void Refuse(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues `response` and returns the message to write now, if any.
   const v1::GenerateResponse* QueueLocked(v1::GenerateResponse response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the final status (the first one wins); drops unsent responses
@@ -76,6 +80,9 @@ class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest
   std::deque<v1::GenerateResponse> writes_ ABSL_GUARDED_BY(mu_);  // front is in flight when writing_
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool turn_running_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;  // for the running turn
+  // A turn received after a cancel, submitted when the cancelled turn ends.
+  std::optional<serving::TurnRequest> pending_turn_ ABSL_GUARDED_BY(mu_);
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;

@@ -315,6 +315,30 @@ TEST_F(ServerE2eTest, CancelMidTurnKeepsTheSessionUsable) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+// Cancel and the next turn written back to back: the new turn waits for the
+// cancelled turn's end instead of being refused.
+TEST_F(ServerE2eTest, TurnSentRightAfterACancelRunsAfterTheCancelledTurnEnds) {
+  grpc::ClientContext ctx;
+  auto stream = stub_->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("Count to one hundred:", 200)));
+  v1::GenerateResponse resp;
+  int tokens = 0;
+  while (tokens < 1 && stream->Read(&resp)) tokens += resp.has_token();
+  v1::GenerateRequest cancel;
+  cancel.mutable_cancel();
+  ASSERT_TRUE(stream->Write(cancel));
+  ASSERT_TRUE(stream->Write(TextTurn(" Again:", 3)));
+  TurnResult first = ReadTurn(stream.get());
+  ASSERT_TRUE(first.ended);
+  EXPECT_EQ(first.end.finish_reason(), v1::CANCELLED);
+  TurnResult second = ReadTurn(stream.get());
+  ASSERT_TRUE(second.ended);
+  EXPECT_EQ(second.end.finish_reason(), v1::LENGTH);
+  EXPECT_EQ(second.ids.size(), 3u);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(ServerE2eTest, ClientDisconnectDropsTheSession) {
   ASSERT_TRUE(EngineDrainsToZero(absl::Seconds(5)));
   {
