@@ -191,6 +191,7 @@ void Scheduler::WorkerLoop() {
     TurnRunner* turn;
     TurnSink* sink;
     bool cancel;
+    bool others_waiting;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &Scheduler::HasWorkOrStopping));
@@ -208,6 +209,7 @@ void Scheduler::WorkerLoop() {
       turn = s->turn.get();
       sink = s->sink;
       cancel = s->cancel;
+      others_waiting = !runnable_.empty();
     }
 
     // Step it (or end it, when cancelled before this step).
@@ -215,7 +217,7 @@ void Scheduler::WorkerLoop() {
     if (cancel) {
       out.end = turn->Cancel();
     } else {
-      out = turn->Step(*s->ctx, *executor);
+      out = turn->Step(*s->ctx, *executor, others_waiting ? kSharedPrefillChunk : kMaxPrefillChunk);
       if (options_.on_step && out.seconds > 0) options_.on_step(out.prefill, out.seconds);
     }
 

@@ -39,6 +39,12 @@
 
 namespace decoded::serving {
 
+// Prefill chunk while other sessions wait for a worker: a 32-token chunk of
+// the default model costs about as much as a few decode steps, so a long
+// prompt delays other streams' tokens by that much, not by a whole
+// kMaxPrefillChunk chunk.
+inline constexpr int32_t kSharedPrefillChunk = 32;
+
 struct SchedulerOptions {
   int workers = 1;
   int max_sessions = 16;

@@ -37,14 +37,14 @@ TurnRunner::TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector
   for (int32_t id : prefill_) sampler_.Accept(id);
 }
 
-StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor) {
+StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk) {
   StepOutput out;
   const Clock::time_point start = Clock::now();
   if (!first_step_) first_step_ = start;
 
   if (prefill_pos_ < prefill_.size()) {
     out.prefill = true;
-    const size_t n = std::min<size_t>(kMaxPrefillChunk, prefill_.size() - prefill_pos_);
+    const size_t n = std::min<size_t>(std::clamp(max_prefill_chunk, 1, kMaxPrefillChunk), prefill_.size() - prefill_pos_);
     absl::Span<const int32_t> chunk(prefill_.data() + prefill_pos_, n);
     absl::StatusOr<absl::Span<const float>> logits = ctx.Prefill(chunk, turn_.prompt_logprobs, executor);
     out.seconds = Seconds(Clock::now() - start);

@@ -56,7 +56,10 @@ class TurnRunner {
   TurnRunner& operator=(const TurnRunner&) = delete;
 
   // Runs one step on `ctx`. A failing model call ends the turn with kError.
-  StepOutput Step(DecodeContext& ctx, Executor& executor);
+  // `max_prefill_chunk` (1..kMaxPrefillChunk) bounds a prefill step: the
+  // scheduler passes a small one while other sessions wait, so one long
+  // prompt does not stall their decoding for a whole large chunk.
+  StepOutput Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk = kMaxPrefillChunk);
 
   // Ends the turn with kCancelled (held-back text is dropped).
   TurnEnd Cancel();

@@ -37,6 +37,7 @@ struct FakeWorld {
   bool paused ABSL_GUARDED_BY(mu) = false;
   int steps_started ABSL_GUARDED_BY(mu) = 0;
   std::vector<int> step_order ABSL_GUARDED_BY(mu);  // context tag per step
+  std::vector<size_t> prefill_sizes ABSL_GUARDED_BY(mu);  // tokens per Prefill call
   std::atomic<int> overlaps{0};
   std::atomic<int> destroyed{0};
   std::atomic<int> next_tag{0};
@@ -83,6 +84,10 @@ class FakeContext final : public DecodeContext {
     }
     if (cached_len() + static_cast<int32_t>(tokens.size()) > capacity_) return absl::ResourceExhaustedError("full");
     Enter();
+    {
+      absl::MutexLock l(&world_->mu);
+      world_->prefill_sizes.push_back(tokens.size());
+    }
     logits_.clear();
     for (size_t i = 0; i < tokens.size(); ++i) {
       history_.push_back(tokens[i]);
@@ -378,6 +383,46 @@ TEST_F(SchedulerTest, StatsReportTheAgeOfTheRunningStep) {
   ASSERT_TRUE(sa.WaitEnd());
   sched->Close(a);
   EXPECT_EQ(sched->Stats().longest_running_step_seconds, 0);
+}
+
+// A long prompt is prefilled in small chunks while another session waits, and
+// in full chunks when it runs alone.
+TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
+  auto sched = MakeScheduler(1, 8, 8, 1024);
+  SessionId a = *sched->Open();
+  SessionId b = *sched->Open();
+  RecordingSink sa, sb;
+  std::vector<int32_t> long_prompt(300, 1);
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &sa).ok());
+  ASSERT_TRUE(sched->Submit(b, Turn({1}, 40), &sb).ok());
+  world_.Resume();
+  ASSERT_TRUE(sa.WaitEnd());
+  ASSERT_TRUE(sb.WaitEnd());
+  std::vector<size_t> sizes;
+  {
+    absl::MutexLock l(&world_.mu);
+    sizes = world_.prefill_sizes;
+  }
+  // b prefills one token; a's 300 come in chunks of kSharedPrefillChunk while
+  // b is decoding, so a needs at least 300 / 32 calls.
+  size_t a_calls = 0;
+  for (size_t n : sizes) {
+    if (n > 1) {
+      ++a_calls;
+      EXPECT_LE(n, static_cast<size_t>(kSharedPrefillChunk));
+    }
+  }
+  EXPECT_GE(a_calls, 300 / kSharedPrefillChunk);
+  {
+    absl::MutexLock l(&world_.mu);
+    world_.prefill_sizes.clear();
+  }
+  RecordingSink alone;
+  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &alone).ok());
+  ASSERT_TRUE(alone.WaitEnd());
+  absl::MutexLock l(&world_.mu);
+  EXPECT_EQ(world_.prefill_sizes.front(), static_cast<size_t>(kMaxPrefillChunk));
 }
 
 TEST_F(SchedulerTest, SessionAndQueueLimitsAreEnforced) {
