@@ -119,6 +119,11 @@ int main(int argc, char** argv) {
     std::cerr << "decoded: " << engine.status() << "\n";
     return 1;
   }
+  if ((*engine)->ModelInfo().session_context_length < engine_options.context_length) {
+    std::cerr << "decoded: warning: --context_length " << engine_options.context_length << " exceeds the model's "
+              << (*engine)->ModelInfo().session_context_length << "; sessions get "
+              << (*engine)->ModelInfo().session_context_length << "\n";
+  }
   (*server)->AttachEngine(*std::move(engine));
   serving = true;
   std::cerr << "decoded: serving\n";

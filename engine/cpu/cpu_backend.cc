@@ -47,8 +47,8 @@ class CpuBuffer final : public DeviceBuffer {
 };
 
 struct Step {
-  Op op;
-  const Node* node;
+  Op op = Op::kConst;
+  const Node* node = nullptr;
   float* out = nullptr;
   const void* src[4] = {};
   // matmul
@@ -93,7 +93,9 @@ class CpuPlan final : public CompiledPlan {
     }
     for (NodeId id : plan_.schedule) {
       const Node& n = nodes[static_cast<size_t>(id)];
-      Step s{.op = n.op, .node = &n};
+      Step s;
+      s.op = n.op;
+      s.node = &n;
       if (n.op != Op::kKvWrite) s.out = static_cast<float*>(const_cast<void*>(ptr(id)));
       for (size_t j = 0; j < n.src.size() && j < 4; ++j) s.src[j] = ptr(n.src[j]);
       if (!n.src.empty()) s.rows = nodes[static_cast<size_t>(n.src[0])].rows;

@@ -38,7 +38,8 @@ NodeId Graph::push(Node n) {
 }
 
 NodeId Graph::weight(const WeightTensor& w) {
-  Node n{.op = Op::kWeight};
+  Node n;
+  n.op = Op::kWeight;
   n.dtype = w.type;
   n.rows = w.rows;
   n.cols = w.cols;
@@ -48,7 +49,8 @@ NodeId Graph::weight(const WeightTensor& w) {
 }
 
 NodeId Graph::input(DataSlot slot, DType dtype, int64_t rows, int64_t cols, std::string name) {
-  Node n{.op = Op::kInput};
+  Node n;
+  n.op = Op::kInput;
   n.dtype = dtype;
   n.rows = rows;
   n.cols = cols;
@@ -59,7 +61,8 @@ NodeId Graph::input(DataSlot slot, DType dtype, int64_t rows, int64_t cols, std:
 
 NodeId Graph::constant(DType dtype, int64_t rows, int64_t cols, std::vector<uint8_t> bytes,
                        std::string name) {
-  Node n{.op = Op::kConst};
+  Node n;
+  n.op = Op::kConst;
   n.dtype = dtype;
   n.rows = rows;
   n.cols = cols;
@@ -70,7 +73,8 @@ NodeId Graph::constant(DType dtype, int64_t rows, int64_t cols, std::vector<uint
 
 namespace {
 Node F32Node(Op op, int64_t rows, int64_t cols, std::vector<NodeId> src, std::string name) {
-  Node n{.op = op};
+  Node n;
+  n.op = op;
   n.rows = rows;
   n.cols = cols;
   n.src = std::move(src);

@@ -69,7 +69,7 @@ enum class KvOffsetPath : uint8_t {
 };
 
 struct Node {
-  Op op;
+  Op op = Op::kConst;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;

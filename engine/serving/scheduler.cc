@@ -82,6 +82,9 @@ absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) 
     }
   }
   if (turn.stopping.max_new_tokens < 0) return absl::InvalidArgumentError("max_new_tokens must be >= 0");
+  for (const std::string& stop : turn.stopping.stop_sequences) {
+    if (stop.empty()) return absl::InvalidArgumentError("stop sequences must not be empty");
+  }
   if (absl::Status s = ValidateSamplingParams(turn.sampling); !s.ok()) return s;
 
   absl::MutexLock lock(&mu_);

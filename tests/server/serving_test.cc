@@ -457,6 +457,9 @@ TEST_F(SchedulerTest, BadTurnsAreRefusedWithTheirCodes) {
   stop_oov.stopping.stop_token_ids = {kVocab + 3};
   EXPECT_EQ(sched->Submit(a, stop_oov, &sink).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(sched->Submit(a + 100, Turn({0}, 2), &sink).code(), absl::StatusCode::kNotFound);
+  PreparedTurn empty_stop = Turn({0}, 2);
+  empty_stop.stopping.stop_sequences = {"ok", ""};
+  EXPECT_EQ(sched->Submit(a, empty_stop, &sink).code(), absl::StatusCode::kInvalidArgument);
 
   world_.Pause();
   ASSERT_TRUE(sched->Submit(a, Turn({0}, 2), &sink).ok());
