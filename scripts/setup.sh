@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what building and running decoded needs on Debian 12 (idempotent):
-# the Debian build stack and the default model (via scripts/fetch_model.sh).
+# Installs the Debian build stack decoded needs on Debian 12 (idempotent).
+# The model comes from scripts/fetch_model.sh, which run.sh and test.sh call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,4 +24,3 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-scripts/fetch_model.sh >/dev/null
