@@ -21,7 +21,7 @@ log() { echo "fetch_f32_model: $*" >&2; }
 if ! "$PYTHON" -c "import gguf, numpy" 2>/dev/null; then
   # The versions the recorded sha256 was made with (tools/requirements-reference.txt).
   log "installing gguf and numpy with ${PYTHON} -m pip"
-  "$PYTHON" -m pip install --quiet "gguf==0.19.0" "numpy==2.4.6" >&2 || { log "pip install failed"; exit 1; }
+  "${repo_root}/scripts/pip_install.sh" "$PYTHON" "gguf==0.19.0" "numpy==2.4.6" || { log "pip install failed"; exit 1; }
 fi
 
 "$PYTHON" "${repo_root}/tools/make_f32_model.py" "$@"

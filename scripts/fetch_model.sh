@@ -51,7 +51,7 @@ fi
 
 if ! "$PYTHON" -c "import ${PY_MODULE}" 2>/dev/null; then
   log "installing ${PYPI_PACKAGE} with ${PYTHON} -m pip"
-  "$PYTHON" -m pip install --quiet "${PYPI_PACKAGE}" >&2 || { log "pip install failed"; exit 1; }
+  "$(dirname "${BASH_SOURCE[0]}")/pip_install.sh" "$PYTHON" "${PYPI_PACKAGE}" || { log "pip install failed"; exit 1; }
 fi
 
 mkdir -p "$cache_dir"
