@@ -291,16 +291,21 @@ TEST_F(ServerE2eTest, SecondTurnContinuesTheContext) {
   EXPECT_EQ(t2.ids, ref.ids);
 }
 
+// Starts a 200-token turn, reads `tokens` of its tokens, then sends a cancel.
+bool StartLongTurnThenCancel(Stream* stream, int tokens) {
+  if (!stream->Write(TextTurn("Count to one hundred:", 200))) return false;
+  v1::GenerateResponse resp;
+  int seen = 0;
+  while (seen < tokens && stream->Read(&resp)) seen += resp.has_token();
+  v1::GenerateRequest cancel;
+  cancel.mutable_cancel();
+  return seen == tokens && stream->Write(cancel);
+}
+
 TEST_F(ServerE2eTest, CancelMidTurnKeepsTheSessionUsable) {
   grpc::ClientContext ctx;
   auto stream = stub_->Generate(&ctx);
-  ASSERT_TRUE(stream->Write(TextTurn("Count to one hundred:", 200)));
-  v1::GenerateResponse resp;
-  int tokens = 0;
-  while (tokens < 2 && stream->Read(&resp)) tokens += resp.has_token();
-  v1::GenerateRequest cancel;
-  cancel.mutable_cancel();
-  ASSERT_TRUE(stream->Write(cancel));
+  ASSERT_TRUE(StartLongTurnThenCancel(stream.get(), 2));
   TurnResult rest = ReadTurn(stream.get());
   ASSERT_TRUE(rest.ended);
   EXPECT_EQ(rest.end.finish_reason(), v1::CANCELLED);
@@ -320,13 +325,7 @@ TEST_F(ServerE2eTest, CancelMidTurnKeepsTheSessionUsable) {
 TEST_F(ServerE2eTest, TurnSentRightAfterACancelRunsAfterTheCancelledTurnEnds) {
   grpc::ClientContext ctx;
   auto stream = stub_->Generate(&ctx);
-  ASSERT_TRUE(stream->Write(TextTurn("Count to one hundred:", 200)));
-  v1::GenerateResponse resp;
-  int tokens = 0;
-  while (tokens < 1 && stream->Read(&resp)) tokens += resp.has_token();
-  v1::GenerateRequest cancel;
-  cancel.mutable_cancel();
-  ASSERT_TRUE(stream->Write(cancel));
+  ASSERT_TRUE(StartLongTurnThenCancel(stream.get(), 1));
   ASSERT_TRUE(stream->Write(TextTurn(" Again:", 3)));
   TurnResult first = ReadTurn(stream.get());
   ASSERT_TRUE(first.ended);
