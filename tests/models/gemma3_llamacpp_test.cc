@@ -6,7 +6,9 @@
 // logits chaotic: nudging the input embeddings by 1e-6 (relative) moves a top
 // logit by up to +-0.5 in llama.cpp's own arithmetic, and llama.cpp with and
 // without its weight repacking differs by 0.1 (docs/reference-data.md,
-// "llama.cpp agreement"). Two correct implementations that sum in a different
+// "llama.cpp agreement"); llama.cpp with repacking off, or on 1 thread instead
+// of 2, reproduces only 4 of its own 7 greedy continuations
+// (tools/llamacpp_self_consistency.py). Two correct implementations that sum in a different
 // order therefore agree on the argmax only where the top-2 gap exceeds that
 // noise. The test asserts exactly that, teacher-forced on llama.cpp's 32
 // tokens for every prompt:
