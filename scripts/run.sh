@@ -7,7 +7,7 @@
 # Environment: DECODED_LISTEN (127.0.0.1:50051), DECODED_THREADS (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prompt="${1:-The three most important ideas in computer science are}"
+prompt="${1:-Once upon a time, in a small village by the sea,}"
 listen="${DECODED_LISTEN:-127.0.0.1:50051}"
 
 scripts/setup.sh
@@ -25,4 +25,6 @@ for _ in $(seq 120); do
   kill -0 "$daemon" 2>/dev/null || { cat build/decoded.log >&2; exit 1; }
   sleep 0.5
 done
-build/client/decoded-cli --server "$listen" --prompt "$prompt" --max_new_tokens 64
+# Seeded sampling (reproducible): the base 270M model loops under pure greedy decoding.
+build/client/decoded-cli --server "$listen" --prompt "$prompt" --max_new_tokens 64 \
+  --temperature 0.7 --top_p 0.9 --repetition_penalty 1.1 --seed 7
