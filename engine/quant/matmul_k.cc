@@ -137,6 +137,99 @@ float DotQ6K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
   return Hsum(acc);
 }
 
+
+// DotQ45K / DotQ6K for kM activation rows at once (prefill): the weight
+// codes of a super-block are unpacked once and used kM times. Per activation
+// row the operations run in exactly the single-row order, so batched and
+// one-at-a-time results are bit-identical.
+template <bool kHasHigh, int kM>
+void DotQ45KMulti(const uint8_t* wrow, int64_t nb, const BlockQ8_K* const* xa, float* out, int64_t out_stride) {
+  using Block = std::conditional_t<kHasHigh, BlockQ5_K, BlockQ4_K>;
+  const auto* wb = reinterpret_cast<const Block*>(wrow);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[kM];
+  for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& q = wb[b];
+    uint32_t sm[4];
+    UnpackScalesMins(q.scales, sm);
+    const auto* sc = reinterpret_cast<const uint8_t*>(sm);
+    __m256i lo[4], hi[4];
+    __m256i qh;
+    if constexpr (kHasHigh) qh = Load256(q.qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = Load256(q.qs + 32 * c);
+      lo[c] = _mm256_and_si256(raw, low4);
+      hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      if constexpr (kHasHigh) {
+        const __m256i one = _mm256_set1_epi8(1);
+        lo[c] = _mm256_or_si256(lo[c], _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+        hi[c] = _mm256_or_si256(hi[c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+    }
+    const float dw = HalfToFloat(q.d), dminw = HalfToFloat(q.dmin);
+    for (int i = 0; i < kM; ++i) {
+      const BlockQ8_K& a = xa[i][b];
+      __m256i isum = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        isum = _mm256_add_epi32(isum, ScaledDot(lo[c], Load256(a.qs + 64 * c), Scale32(sc[2 * c])));
+        isum = _mm256_add_epi32(isum, ScaledDot(hi[c], Load256(a.qs + 64 * c + 32), Scale32(sc[2 * c + 1])));
+      }
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(isum), acc[i]);
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(-(dminw * a.d)), _mm256_cvtepi32_ps(MinsDot(sm, a.bsums)), acc[i]);
+    }
+  }
+  for (int i = 0; i < kM; ++i) out[i * out_stride] = Hsum(acc[i]);
+}
+
+template <int kM>
+void DotQ6KMulti(const uint8_t* wrow, int64_t nb, const BlockQ8_K* const* xa, float* out, int64_t out_stride) {
+  const auto* wb = reinterpret_cast<const BlockQ6_K*>(wrow);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  __m256 acc[kM];
+  for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& q = wb[b];
+    __m256i codes[2][4];
+    __m256i scale[2][4];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load256(q.ql + 64 * h);
+      const __m256i ql1 = Load256(q.ql + 64 * h + 32);
+      const __m256i qhv = Load256(q.qh + 32 * h);
+      codes[h][0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qhv, low2), 4));
+      codes[h][1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qhv, 2), low2), 4));
+      codes[h][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qhv, 4), low2), 4));
+      codes[h][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qhv, 6), low2), 4));
+      for (int t = 0; t < 4; ++t) {
+        const int g = 8 * h + 2 * t;
+        scale[h][t] = _mm256_set_m128i(_mm_set1_epi32(q.scales[g + 1] & 0xFFFF), _mm_set1_epi32(q.scales[g] & 0xFFFF));
+      }
+    }
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.scales)));
+    const float dw = HalfToFloat(q.d);
+    for (int i = 0; i < kM; ++i) {
+      const BlockQ8_K& a = xa[i][b];
+      __m256i isum = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        for (int t = 0; t < 4; ++t) {
+          isum = _mm256_add_epi32(isum, ScaledDot(codes[h][t], Load256(a.qs + 128 * h + 32 * t), scale[h][t]));
+        }
+      }
+      const __m256i bias = _mm256_madd_epi16(Load256(a.bsums), sc16);
+      isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 5));
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(isum), acc[i]);
+    }
+  }
+  for (int i = 0; i < kM; ++i) out[i * out_stride] = Hsum(acc[i]);
+}
+
+constexpr bool kHasMultiRow = true;
+
 #else  // portable
 
 template <bool kHasHigh>
@@ -196,22 +289,41 @@ float DotQ6K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
   return sum;
 }
 
+// The portable build keeps one activation row at a time.
+constexpr bool kHasMultiRow = false;
+template <bool kHasHigh, int kM>
+void DotQ45KMulti(const uint8_t*, int64_t, const BlockQ8_K* const*, float*, int64_t) {}
+template <int kM>
+void DotQ6KMulti(const uint8_t*, int64_t, const BlockQ8_K* const*, float*, int64_t) {}
+
 #endif
 
-template <float (*Dot)(const uint8_t*, int64_t, const BlockQ8_K*)>
+constexpr int kRowBatch = 4;
+using MultiDot = void (*)(const uint8_t*, int64_t, const BlockQ8_K* const*, float*, int64_t);
+
+template <float (*Dot)(const uint8_t*, int64_t, const BlockQ8_K*), MultiDot Multi>
 void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   const int64_t nb = k / kQKK;
   for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t i = 0; i < m; ++i) {
-      y[i * ldy + r] = Dot(w + r * w_row_bytes, nb, reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes));
+    const uint8_t* wrow = w + r * w_row_bytes;
+    int64_t i = 0;
+    if constexpr (kHasMultiRow) {
+      for (; i + kRowBatch <= m; i += kRowBatch) {
+        const BlockQ8_K* xa[kRowBatch];
+        for (int j = 0; j < kRowBatch; ++j) xa[j] = reinterpret_cast<const BlockQ8_K*>(xq + (i + j) * xq_row_bytes);
+        Multi(wrow, nb, xa, y + i * ldy + r, ldy);
+      }
+    }
+    for (; i < m; ++i) {
+      y[i * ldy + r] = Dot(wrow, nb, reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes));
     }
   }
 }
 
 }  // namespace
 
-void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<false>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
-void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<true>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
-void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ6K>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<false>, DotQ45KMulti<false, kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<true>, DotQ45KMulti<true, kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ6K, DotQ6KMulti<kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 
 }  // namespace decoded::quant::internal
