@@ -393,9 +393,11 @@ TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
   SessionId b = *sched->Open();
   RecordingSink sa, sb;
   std::vector<int32_t> long_prompt(300, 1);
+  // b first: whenever a is picked, b is queued behind it (b's steps are
+  // held by the pause until a has been submitted).
   world_.Pause();
-  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &sa).ok());
   ASSERT_TRUE(sched->Submit(b, Turn({1}, 40), &sb).ok());
+  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &sa).ok());
   world_.Resume();
   ASSERT_TRUE(sa.WaitEnd());
   ASSERT_TRUE(sb.WaitEnd());
