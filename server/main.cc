@@ -4,6 +4,7 @@
 // then reports SERVING. SIGTERM or SIGINT drains: health NOT_SERVING, new
 // streams refused, open streams get --drain_seconds to finish.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -44,6 +45,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, auth_token, "", "if set, RPCs need 'authorization: Bearer <token>'");
 ABSL_FLAG(int, drain_seconds, 10, "grace period for open streams on SIGTERM");
 ABSL_FLAG(int, stuck_step_seconds, 30, "health turns NOT_SERVING while one step runs longer than this");
+ABSL_FLAG(int64_t, kv_budget_mb, -1,
+          "KV cache all open sessions may reserve, MiB; beyond it new streams get RESOURCE_EXHAUSTED. "
+          "-1: 75% of physical memory; 0: no limit");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("decoded --model FILE [--listen ADDR] [--workers N] ...");
@@ -112,6 +116,12 @@ int main(int argc, char** argv) {
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);
+  int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
+  if (kv_budget_mb < 0) {
+    const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    kv_budget_mb = physical / (1 << 20) * 3 / 4;
+  }
+  engine_options.kv_budget_bytes = kv_budget_mb * (int64_t{1} << 20);
   decoded::server::ServerMetrics* metrics = &(*server)->metrics();
   engine_options.on_step = [metrics](bool prefill, double seconds) { metrics->Step(prefill, seconds); };
   auto engine = decoded::serving::Engine::Create(engine_options);

@@ -86,6 +86,7 @@ class EngineImpl final : public Engine {
     so.max_sessions = options.max_sessions;
     so.max_queued = options.max_queued;
     so.context_length = session_len;
+    so.kv_budget_bytes = options.kv_budget_bytes;
     const int threads = options.threads_per_worker;
     so.make_executor = [threads] { return CreateCpuExecutor(threads); };
     so.on_step = options.on_step;

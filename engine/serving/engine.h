@@ -105,6 +105,7 @@ struct EngineOptions {
   int max_sessions = 16;        // open sessions; beyond: RESOURCE_EXHAUSTED
   int max_queued = 64;          // turns waiting for a worker; beyond: RESOURCE_EXHAUSTED
   int context_length = 2048;    // KV capacity per session, clamped to the model's
+  int64_t kv_budget_bytes = 0;  // KV all open sessions may reserve; 0 = no limit (RESOURCE_EXHAUSTED beyond)
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(bool prefill, double seconds)> on_step;

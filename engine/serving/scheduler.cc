@@ -55,6 +55,20 @@ absl::StatusOr<SessionId> Scheduler::Open() {
     sessions_.erase(id);
     return ctx.status();
   }
+  if (options_.kv_budget_bytes > 0) {
+    // KV memory is reserved at open (committed lazily as the context fills),
+    // so the budget bounds what open sessions can grow to.
+    int64_t reserved = (*ctx)->kv_bytes();
+    for (const auto& [other, session] : sessions_) {
+      if (session->ctx != nullptr) reserved += session->ctx->kv_bytes();
+    }
+    if (reserved > options_.kv_budget_bytes) {
+      sessions_.erase(id);
+      return absl::ResourceExhaustedError(absl::StrCat("another session would reserve ", reserved,
+                                                       " KV bytes, over the server's budget of ",
+                                                       options_.kv_budget_bytes));
+    }
+  }
   sessions_[id]->ctx = *std::move(ctx);
   return id;
 }

@@ -50,6 +50,9 @@ struct SchedulerOptions {
   int max_sessions = 16;
   int max_queued = 64;
   int32_t context_length = 2048;  // KV capacity of each session
+  // Upper bound on the KV bytes all open sessions reserve (capacity, not
+  // live length); opening one more beyond it is RESOURCE_EXHAUSTED. 0: none.
+  int64_t kv_budget_bytes = 0;
   std::function<std::unique_ptr<Executor>()> make_executor;
   std::function<void(bool prefill, double seconds)> on_step;  // may be empty
 };

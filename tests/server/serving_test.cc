@@ -107,7 +107,7 @@ class FakeContext final : public DecodeContext {
     return absl::Span<const float>(logits_);
   }
 
-  int64_t kv_bytes() const override { return 0; }
+  int64_t kv_bytes() const override { return int64_t{capacity_} * 16; }  // any positive size
   int64_t bound_nodes() const override { return 0; }
 
  private:
@@ -425,6 +425,24 @@ TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
   ASSERT_TRUE(alone.WaitEnd());
   absl::MutexLock l(&world_.mu);
   EXPECT_EQ(world_.prefill_sizes.front(), static_cast<size_t>(kMaxPrefillChunk));
+}
+
+// Sessions reserve KV at open; the budget caps how many fit.
+TEST_F(SchedulerTest, KvBudgetLimitsOpenSessions) {
+  SchedulerOptions o;
+  o.workers = 1;
+  o.max_sessions = 8;
+  o.context_length = 64;
+  o.make_executor = [] { return std::make_unique<FakeExecutor>(); };
+  o.kv_budget_bytes = 2 * 64 * 16;  // two FakeContexts of capacity 64
+  Scheduler sched(&model_, o);
+  auto a = sched.Open();
+  auto b = sched.Open();
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = sched.Open();
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  sched.Close(*a);
+  EXPECT_TRUE(sched.Open().ok());
 }
 
 TEST_F(SchedulerTest, SessionAndQueueLimitsAreEnforced) {
