@@ -484,5 +484,56 @@ TEST_F(ServerE2eTest, MetricsScrapeNamesTheMetrics) {
   EXPECT_NE(body.find("phase=\"decode\""), std::string::npos);
 }
 
+// --auth_token: every RPC needs "authorization: Bearer <token>". Runs its own
+// server over the tiny fixture model (fast to load).
+TEST(ServerAuthTest, RpcsWithoutTheBearerTokenAreUnauthenticated) {
+  ServerOptions so;
+  so.listen = "127.0.0.1:0";
+  so.auth_token = "s3cret";
+  auto server = DecodedServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  eo.context_length = 64;
+  auto engine = serving::Engine::Create(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  (*server)->AttachEngine(*std::move(engine));
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials());
+  auto stub = v1::Decoder::NewStub(channel);
+
+  auto info = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::ModelInfo resp;
+    return stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &resp).error_code();
+  };
+  EXPECT_EQ(info(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info("wrong"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info("s3cret"), grpc::StatusCode::OK);
+
+  grpc::ClientContext ctx;
+  auto stream = stub->Generate(&ctx);
+  v1::GenerateRequest req;
+  req.mutable_turn()->set_text("a");
+  stream->Write(req);
+  stream->WritesDone();
+  v1::GenerateResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  grpc::ClientContext ok_ctx;
+  ok_ctx.AddMetadata("authorization", "Bearer s3cret");
+  auto ok_stream = stub->Generate(&ok_ctx);
+  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(2);
+  ASSERT_TRUE(ok_stream->Write(req));
+  ok_stream->WritesDone();
+  bool ended = false;
+  while (ok_stream->Read(&resp)) ended |= resp.has_turn_end();
+  EXPECT_TRUE(ok_stream->Finish().ok());
+  EXPECT_TRUE(ended);
+  (*server)->Drain(absl::Seconds(1));
+}
+
 }  // namespace
 }  // namespace decoded::server
