@@ -43,24 +43,9 @@ void DequantQ8_0(const BlockQ8_0* b, float* y, int64_t nb) {
   }
 }
 
-void DequantQ4_K(const BlockQ4_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = HalfToFloat(b[i].d);
-    const float dmin = HalfToFloat(b[i].dmin);
-    for (int c = 0; c < 4; ++c) {
-      const uint8_t* q = b[i].qs + 32 * c;
-      uint8_t sc0, m0, sc1, m1;
-      ScaleMinK4(2 * c, b[i].scales, &sc0, &m0);
-      ScaleMinK4(2 * c + 1, b[i].scales, &sc1, &m1);
-      const float d0 = d * sc0, mm0 = dmin * m0, d1 = d * sc1, mm1 = dmin * m1;
-      for (int l = 0; l < 32; ++l) y[l] = d0 * static_cast<float>(q[l] & 0xF) - mm0;
-      for (int l = 0; l < 32; ++l) y[32 + l] = d1 * static_cast<float>(q[l] >> 4) - mm1;
-      y += 64;
-    }
-  }
-}
-
-void DequantQ5_K(const BlockQ5_K* b, float* y, int64_t nb) {
+// Q4_K and Q5_K share their layout but for Q5_K's fifth bit (qh).
+template <bool kHasHigh, typename Block>
+void DequantQ45K(const Block* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = HalfToFloat(b[i].d);
     const float dmin = HalfToFloat(b[i].dmin);
@@ -71,17 +56,22 @@ void DequantQ5_K(const BlockQ5_K* b, float* y, int64_t nb) {
       ScaleMinK4(2 * c + 1, b[i].scales, &sc1, &m1);
       const float d0 = d * sc0, mm0 = dmin * m0, d1 = d * sc1, mm1 = dmin * m1;
       for (int l = 0; l < 32; ++l) {
-        const int v = (q[l] & 0xF) | (((b[i].qh[l] >> (2 * c)) & 1) << 4);
+        int v = q[l] & 0xF;
+        if constexpr (kHasHigh) v |= ((b[i].qh[l] >> (2 * c)) & 1) << 4;
         y[l] = d0 * static_cast<float>(v) - mm0;
       }
       for (int l = 0; l < 32; ++l) {
-        const int v = (q[l] >> 4) | (((b[i].qh[l] >> (2 * c + 1)) & 1) << 4);
+        int v = q[l] >> 4;
+        if constexpr (kHasHigh) v |= ((b[i].qh[l] >> (2 * c + 1)) & 1) << 4;
         y[32 + l] = d1 * static_cast<float>(v) - mm1;
       }
       y += 64;
     }
   }
 }
+
+void DequantQ4_K(const BlockQ4_K* b, float* y, int64_t nb) { DequantQ45K<false>(b, y, nb); }
+void DequantQ5_K(const BlockQ5_K* b, float* y, int64_t nb) { DequantQ45K<true>(b, y, nb); }
 
 void DequantQ6_K(const BlockQ6_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
