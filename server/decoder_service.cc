@@ -29,7 +29,7 @@ grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>* DecoderServi
     grpc::CallbackServerContext* context) {
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);
-  return new GenerateReactor(engine, metrics_, refuse);
+  return new GenerateReactor(engine, metrics_, &streams_, refuse);
 }
 
 namespace {

@@ -2,7 +2,8 @@
 // unary Tokenize, Detokenize and GetModelInfo.
 //
 // The service exists before the engine: until AttachEngine, and again once
-// StartDraining is called, every RPC answers UNAVAILABLE.
+// StartDraining is called, every new RPC answers UNAVAILABLE; StartDraining
+// also asks every open Generate stream to finish (see GenerateReactor).
 #ifndef DECODED_SERVER_DECODER_SERVICE_H_
 #define DECODED_SERVER_DECODER_SERVICE_H_
 
@@ -13,6 +14,7 @@
 #include "engine/serving/engine.h"
 #include "proto/decoded.grpc.pb.h"
 #include "server/metrics.h"
+#include "server/stream_registry.h"
 
 namespace decoded::server {
 
@@ -25,7 +27,12 @@ class DecoderService final : public v1::Decoder::CallbackService {
 
   // `engine` must outlive every RPC (the server shuts down before it goes).
   void AttachEngine(serving::Engine* engine) { engine_.store(engine); }
-  void StartDraining() { draining_.store(true); }
+  void StartDraining() {
+    draining_.store(true);
+    streams_.StartDrain();
+  }
+  // The open Generate streams.
+  StreamRegistry& streams() { return streams_; }
 
   grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context) override;
@@ -44,6 +51,7 @@ class DecoderService final : public v1::Decoder::CallbackService {
   const std::string auth_token_;
   std::atomic<serving::Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
+  StreamRegistry streams_;
 };
 
 }  // namespace decoded::server

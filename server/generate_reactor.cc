@@ -6,49 +6,45 @@
 #include "server/status_map.h"
 
 namespace decoded::server {
+namespace {
 
-GenerateReactor::GenerateReactor(serving::Engine* engine, ServerMetrics* metrics, absl::Status refuse)
-    : engine_(engine), metrics_(metrics) {
+const char kShuttingDown[] = "the server is shutting down; continue the conversation on another replica";
+
+}  // namespace
+
+GenerateReactor::GenerateReactor(serving::Engine* engine, ServerMetrics* metrics, StreamRegistry* registry,
+                                 absl::Status refuse)
+    : engine_(engine), metrics_(metrics), registry_(registry) {
   if (engine_ == nullptr || !refuse.ok()) {
-    RefuseAtOnce(ToGrpcStatus(refuse.ok() ? absl::UnavailableError("the model is not loaded") : refuse));
+    Refuse(refuse.ok() ? absl::UnavailableError("the model is not loaded") : refuse);
     return;
   }
   absl::StatusOr<serving::SessionId> session = engine_->OpenSession();
   if (!session.ok()) {
-    if (absl::IsResourceExhausted(session.status())) metrics_->AdmissionRejected();
-    RefuseAtOnce(ToGrpcStatus(session.status()));
+    Refuse(session.status());
     return;
   }
   session_ = *session;
   active_.emplace(metrics_);
-  StartRead(&request_);
-}
-
-// Goes through the same once-only bookkeeping as every other finish, so a
-// cancel or deadline that arrives after the refusal cannot Finish() again.
-void GenerateReactor::RefuseAtOnce(const grpc::Status& status) {
-  bool finish;
-  {
-    absl::MutexLock lock(&mu_);
-    RequestFinishLocked(status);
-    finish = TakeFinishLocked();
+  if (!registry_->Add(this)) {
+    // A drain began between the service's readiness check and here.
+    Refuse(absl::UnavailableError(kShuttingDown));
+    return;
   }
-  if (finish) Finish(status);
+  StartRead(&request_);
 }
 
 void GenerateReactor::OnReadDone(bool ok) {
   if (!ok) {
     // The client half-closed (or the call is being cancelled: OnCancel handles that).
-    bool finish;
-    std::optional<grpc::Status> status;
+    std::optional<grpc::Status> finish;
     {
       absl::MutexLock lock(&mu_);
       reads_done_ = true;
-      if (!turn_running_) RequestFinishLocked(grpc::Status::OK);
+      FinishIfIdleLocked();
       finish = TakeFinishLocked();
-      status = finish_status_;
     }
-    if (finish) Finish(*status);
+    FinishOutsideLock(finish);
     return;
   }
   HandleRequest();
@@ -57,31 +53,19 @@ void GenerateReactor::OnReadDone(bool ok) {
 void GenerateReactor::HandleRequest() {
   absl::Status status;
   if (request_.has_cancel()) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (turn_running_) cancel_requested_ = true;
-    }
     status = engine_->CancelTurn(*session_);
   } else if (request_.has_turn()) {
-    absl::StatusOr<serving::TurnRequest> turn = TurnFromProto(request_.turn());
-    if (!turn.ok()) {
-      status = turn.status();
-    } else {
-      {
-        // A turn sent right after a cancel waits for the cancelled turn's
-        // TurnEnd instead of being refused; reading pauses until then.
-        absl::MutexLock lock(&mu_);
-        if (turn_running_ && cancel_requested_ && !pending_turn_) {
-          pending_turn_ = *std::move(turn);
-          return;
-        }
-      }
-      status = SubmitTurn(*std::move(turn));
+    {
+      absl::MutexLock lock(&mu_);
+      if (draining_) status = absl::UnavailableError(kShuttingDown);
+    }
+    if (status.ok()) {
+      absl::StatusOr<serving::TurnRequest> turn = TurnFromProto(request_.turn());
+      status = turn.ok() ? SubmitTurn(*turn) : turn.status();
     }
   } else {
     status = absl::InvalidArgumentError("a GenerateRequest must carry a turn or a cancel");
   }
-
   if (status.ok()) {
     StartRead(&request_);
     return;
@@ -89,37 +73,34 @@ void GenerateReactor::HandleRequest() {
   Refuse(status);
 }
 
-absl::Status GenerateReactor::SubmitTurn(serving::TurnRequest turn) {
-  bool was_running;
+absl::Status GenerateReactor::SubmitTurn(const serving::TurnRequest& turn) {
   {
     absl::MutexLock lock(&mu_);
-    was_running = turn_running_;
-    turn_running_ = true;  // before Submit: events may arrive before it returns
-    cancel_requested_ = false;
+    ++turns_in_flight_;  // before Submit: the turn may end before it returns
     have_last_token_ = false;
   }
   absl::Status status = engine_->SubmitTurn(*session_, turn, this);
   if (!status.ok()) {
     absl::MutexLock lock(&mu_);
-    turn_running_ = was_running;
+    --turns_in_flight_;
   }
   return status;
 }
 
 void GenerateReactor::Refuse(const absl::Status& status) {
-  if (absl::IsResourceExhausted(status)) metrics_->AdmissionRejected();
-  // A refused request ends the stream with its status; the running turn (if
-  // any) is cancelled by closing the session when the stream is done.
-  engine_->CancelTurn(*session_).IgnoreError();
-  bool finish;
-  std::optional<grpc::Status> final_status;
+  std::optional<grpc::Status> finish;
   {
     absl::MutexLock lock(&mu_);
+    // After OnCancel the session is closed: NOT_FOUND and the like are
+    // consequences of the client going away, not a refusal to report.
+    if (cancelled_) return;
+    if (absl::IsResourceExhausted(status)) metrics_->AdmissionRejected();
     RequestFinishLocked(ToGrpcStatus(status));
     finish = TakeFinishLocked();
-    final_status = finish_status_;
   }
-  if (finish) Finish(*final_status);
+  // The running turn, if any, stops at its next step.
+  if (session_) engine_->CancelTurn(*session_).IgnoreError();
+  FinishOutsideLock(finish);
 }
 
 void GenerateReactor::OnToken(const serving::TokenEvent& event) {
@@ -140,52 +121,43 @@ void GenerateReactor::OnToken(const serving::TokenEvent& event) {
 
 void GenerateReactor::OnTurnEnd(const serving::TurnEnd& end) {
   metrics_->TurnEnded(end);
-  std::optional<serving::TurnRequest> next;  // a turn that waited for this one's end
   const v1::GenerateResponse* write = nullptr;
-  bool finish = false;
-  std::optional<grpc::Status> status;
+  std::optional<grpc::Status> finish;
   {
     absl::MutexLock lock(&mu_);
-    turn_running_ = false;
-    cancel_requested_ = false;
-    if (pending_turn_ && !finish_status_ && end.reason != serving::FinishReason::kError) {
-      next = std::move(pending_turn_);
-    }
-    pending_turn_.reset();
+    --turns_in_flight_;
     if (end.reason == serving::FinishReason::kError) {
       RequestFinishLocked(ToGrpcStatus(end.error));
     } else {
       v1::GenerateResponse response;
       TurnEndToProto(end, response.mutable_turn_end());
       write = QueueLocked(std::move(response));
-      if (reads_done_) RequestFinishLocked(grpc::Status::OK);
+      if (end.reason == serving::FinishReason::kShutdown) {
+        // The TurnEnd (SHUTDOWN) goes out first, so the client can tell a
+        // shutdown from a broken connection.
+        cut_by_shutdown_ = true;
+        RequestFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, kShuttingDown), /*keep_unsent=*/true);
+      } else {
+        FinishIfIdleLocked();
+      }
     }
     finish = TakeFinishLocked();
-    status = finish_status_;
   }
   if (write != nullptr) StartWrite(write);
-  if (finish) {
-    Finish(*status);
-    return;
-  }
-  if (next) {
-    const absl::Status submitted = SubmitTurn(*std::move(next));
-    if (submitted.ok()) {
-      StartRead(&request_);
-    } else {
-      Refuse(submitted);
-    }
-  }
+  FinishOutsideLock(finish);
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
   const v1::GenerateResponse* write = nullptr;
-  bool finish;
-  std::optional<grpc::Status> status;
+  std::optional<grpc::Status> finish;
+  bool consumed_token = false;
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (!writes_.empty()) writes_.pop_front();
+    if (!writes_.empty()) {
+      consumed_token = ok && writes_.front().has_token();
+      writes_.pop_front();
+    }
     if (!ok) {
       // The stream is broken; OnCancel follows. Nothing more can be written.
       writes_.clear();
@@ -195,40 +167,70 @@ void GenerateReactor::OnWriteDone(bool ok) {
       write = &writes_.front();
     }
     finish = TakeFinishLocked();
-    status = finish_status_;
   }
+  // The transport took the event: the session may be stepped again.
+  if (consumed_token) engine_->EventsConsumed(*session_, 1);
   if (write != nullptr) StartWrite(write);
-  if (finish) Finish(*status);
+  FinishOutsideLock(finish);
+}
+
+void GenerateReactor::StartDrain() {
+  std::optional<grpc::Status> finish;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    FinishIfIdleLocked();
+    finish = TakeFinishLocked();
+  }
+  FinishOutsideLock(finish);
 }
 
 void GenerateReactor::OnCancel() {
-  // Free the session now rather than at OnDone: a queued turn must not run
-  // and a running turn must stop after its current step.
-  if (session_) engine_->CloseSession(*session_);
-  if (active_) active_->set_outcome(SessionOutcome::kClientGone);
-  bool finish;
-  std::optional<grpc::Status> status;
+  std::optional<grpc::Status> finish;
   {
     absl::MutexLock lock(&mu_);
+    cancelled_ = true;
     RequestFinishLocked(grpc::Status::CANCELLED);
     finish = TakeFinishLocked();
-    status = finish_status_;
   }
-  if (finish) Finish(*status);
+  // Frees the session's slot now: its queued turn must not run and a running
+  // turn must stop after its current step. Never blocks this gRPC thread.
+  CloseSession();
+  FinishOutsideLock(finish);
 }
 
 void GenerateReactor::OnDone() {
-  // Waits for a step of this session still running on a worker, after which
-  // the engine never calls this sink again.
-  if (session_) engine_->CloseSession(*session_);
+  if (session_) registry_->Remove(this);
+  CloseSession();
   {
     absl::MutexLock lock(&mu_);
-    if (active_ && finish_status_ && !finish_status_->ok() &&
-        finish_status_->error_code() != grpc::StatusCode::CANCELLED) {
-      active_->set_outcome(SessionOutcome::kError);
+    if (active_) {
+      // Exactly one outcome per session: a stream the server ended because
+      // it shuts down, one the client abandoned, one that ended normally, or
+      // one that failed.
+      SessionOutcome outcome = SessionOutcome::kError;
+      const bool unavailable = finish_status_ && finish_status_->error_code() == grpc::StatusCode::UNAVAILABLE;
+      if (cut_by_shutdown_ || (draining_ && unavailable) || (cancelled_ && registry_->cancelling_all())) {
+        outcome = SessionOutcome::kShutdown;
+      } else if (cancelled_ || (finish_status_ && finish_status_->error_code() == grpc::StatusCode::CANCELLED)) {
+        outcome = SessionOutcome::kClientGone;
+      } else if (finish_status_ && finish_status_->ok()) {
+        outcome = SessionOutcome::kOk;
+      }
+      active_->set_outcome(outcome);
     }
   }
-  delete this;
+  Unref();
+}
+
+void GenerateReactor::CloseSession() {
+  if (!session_ || close_requested_.exchange(true)) return;
+  Ref();  // released by the engine once no sink call can follow
+  engine_->CloseSession(*session_, [this] { Unref(); });
+}
+
+void GenerateReactor::Unref() {
+  if (refs_.fetch_sub(1) == 1) delete this;
 }
 
 const v1::GenerateResponse* GenerateReactor::QueueLocked(v1::GenerateResponse response) {
@@ -239,19 +241,32 @@ const v1::GenerateResponse* GenerateReactor::QueueLocked(v1::GenerateResponse re
   return &writes_.front();
 }
 
-void GenerateReactor::RequestFinishLocked(const grpc::Status& status) {
+void GenerateReactor::RequestFinishLocked(const grpc::Status& status, bool keep_unsent) {
   if (finish_status_) return;
   finish_status_ = status;
-  if (!status.ok()) {
+  if (!status.ok() && !keep_unsent) {
     // Unsent responses are dropped; the one in flight completes first.
     while (writes_.size() > (writing_ ? 1u : 0u)) writes_.pop_back();
   }
 }
 
-bool GenerateReactor::TakeFinishLocked() {
-  if (!finish_status_ || finish_called_ || writing_) return false;
+void GenerateReactor::FinishIfIdleLocked() {
+  if (turns_in_flight_ > 0) return;
+  if (draining_) {
+    RequestFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, kShuttingDown), /*keep_unsent=*/true);
+  } else if (reads_done_) {
+    RequestFinishLocked(grpc::Status::OK);
+  }
+}
+
+std::optional<grpc::Status> GenerateReactor::TakeFinishLocked() {
+  if (!finish_status_ || finish_called_ || writing_) return std::nullopt;
   finish_called_ = true;
-  return true;
+  return finish_status_;
+}
+
+void GenerateReactor::FinishOutsideLock(std::optional<grpc::Status> status) {
+  if (status) Finish(*status);
 }
 
 }  // namespace decoded::server

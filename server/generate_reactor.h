@@ -1,5 +1,7 @@
 // The Generate stream: one callback reactor per stream, one decode session
-// per reactor.
+// per reactor. The engine owns the session's turn state (running turn, a turn
+// held behind a cancel, carry, credit); the reactor owns only the stream:
+// its reads, its write queue and how it finishes.
 //
 // Life of a stream:
 //   constructor   opens the engine session (or finishes at once with its
@@ -7,19 +9,26 @@
 //   OnReadDone    hands a turn to the engine (SubmitTurn) or cancels the
 //                 running turn, then reads on; a refused turn finishes the
 //                 stream with the engine's status. A half-close finishes the
-//                 stream with OK once the running turn has ended.
+//                 stream with OK once the submitted turns have ended.
 //   OnToken/OnTurnEnd (engine worker threads, as the TurnSink) queue
 //                 responses; one write is outstanding at a time.
-//   OnWriteDone   starts the next queued write, or the pending Finish.
+//   OnWriteDone   tells the engine a token event was consumed (the session
+//                 is stepped only while few of its events are unconsumed)
+//                 and starts the next queued write, or the pending Finish.
+//   StartDrain    (server drain) refuses new turns; finishes an idle stream
+//                 at once with UNAVAILABLE, else right after its turn's
+//                 TurnEnd (a turn cut by shutdown ends with SHUTDOWN first).
 //   OnCancel      (client gone, deadline, server shutdown) closes the engine
-//                 session at once: a queued turn never runs and the KV cache
-//                 is freed.
-//   OnDone        closes the session (waiting for a running step, so no sink
-//                 call can outlive this object) and deletes the reactor.
-// After Finish, events from the engine are dropped.
+//                 session without waiting: its queued turn never runs, its
+//                 slot is free at once, its KV cache goes after any running
+//                 step.
+//   OnDone        closes the session if not yet done.
+// The reactor is deleted when both gRPC (OnDone) and the engine (the
+// session's release: no sink call follows) are done with it.
 #ifndef DECODED_SERVER_GENERATE_REACTOR_H_
 #define DECODED_SERVER_GENERATE_REACTOR_H_
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -31,16 +40,18 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/decoded.grpc.pb.h"
 #include "server/metrics.h"
+#include "server/stream_registry.h"
 
 namespace decoded::server {
 
 class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>,
-                              public serving::TurnSink {
+                              public serving::TurnSink,
+                              public DrainableStream {
  public:
   // `engine` null or `refuse` non-OK: the stream finishes at once with
-  // `refuse` (UNAVAILABLE while loading or draining). Both pointers must
+  // `refuse` (UNAVAILABLE while loading or draining). The pointers must
   // outlive the reactor.
-  GenerateReactor(serving::Engine* engine, ServerMetrics* metrics, absl::Status refuse);
+  GenerateReactor(serving::Engine* engine, ServerMetrics* metrics, StreamRegistry* registry, absl::Status refuse);
 
   // grpc reactions.
   void OnReadDone(bool ok) override;
@@ -52,38 +63,54 @@ class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest
   void OnToken(const serving::TokenEvent& event) override;
   void OnTurnEnd(const serving::TurnEnd& end) override;
 
+  // DrainableStream.
+  void Ref() override { refs_.fetch_add(1); }
+  void Unref() override;
+  void StartDrain() override;
+
  private:
   ~GenerateReactor() override = default;
 
   void HandleRequest();
-  // Marks a turn running and submits it to the engine (unlocked).
-  absl::Status SubmitTurn(serving::TurnRequest turn) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts the turn in flight and submits it to the engine (unlocked).
+  absl::Status SubmitTurn(const serving::TurnRequest& turn) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the stream with a refused request's status.
   void Refuse(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes the engine session once; the reactor stays alive until the
+  // engine has released it.
+  void CloseSession();
   // Queues `response` and returns the message to write now, if any.
   const v1::GenerateResponse* QueueLocked(v1::GenerateResponse response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records the final status (the first one wins); drops unsent responses
-  // when it is an error.
-  // Finishes a stream refused in the constructor (no session opened).
-  void RefuseAtOnce(const grpc::Status& status);
-  void RequestFinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True when Finish is to be called now (by the caller, after unlocking).
-  bool TakeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the final status (the first one wins). An error drops the
+  // responses not yet written, unless `keep_unsent` (a TurnEnd that must
+  // reach the client before the status).
+  void RequestFinishLocked(const grpc::Status& status, bool keep_unsent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finishes the stream when it is due and no write is in flight; returns
+  // the status to call Finish with (by the caller, after unlocking).
+  std::optional<grpc::Status> TakeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stream's last word once nothing more is owed to the client.
+  void FinishIfIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishOutsideLock(std::optional<grpc::Status> status) ABSL_LOCKS_EXCLUDED(mu_);
 
   serving::Engine* const engine_;
   ServerMetrics* const metrics_;
+  StreamRegistry* const registry_;
   std::optional<ActiveSessionGuard> active_;
   std::optional<serving::SessionId> session_;
+  std::atomic<bool> close_requested_{false};
+  // One reference for gRPC (until OnDone), one for the engine session (until
+  // its release), and transient ones taken by a drain.
+  std::atomic<int> refs_{1};
   v1::GenerateRequest request_;  // target of the single outstanding read
 
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> writes_ ABSL_GUARDED_BY(mu_);  // front is in flight when writing_
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool turn_running_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;  // for the running turn
-  // A turn received after a cancel, submitted when the cancelled turn ends.
-  std::optional<serving::TurnRequest> pending_turn_ ABSL_GUARDED_BY(mu_);
+  int turns_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, TurnEnd not yet received (0..2)
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // OnCancel ran
+  bool cut_by_shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point last_token_ ABSL_GUARDED_BY(mu_);

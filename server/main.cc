@@ -1,8 +1,11 @@
 // decoded: the gRPC decode-serving daemon.
 //
 // Starts listening at once (health NOT_SERVING), loads and warms the model,
-// then reports SERVING. SIGTERM or SIGINT drains: health NOT_SERVING, new
-// streams refused, open streams get --drain_seconds to finish.
+// then reports SERVING. SIGTERM or SIGINT drains (see DecodedServer::Drain):
+// health NOT_SERVING, new streams refused, running turns get --drain_seconds
+// to finish, then end with finish reason SHUTDOWN; the process exits within
+// --drain_seconds. A signal while the model loads exits at once. Either way
+// the exit status after SIGTERM/SIGINT is 0: the daemon stopped as asked.
 #include <signal.h>
 #include <unistd.h>
 
@@ -43,8 +46,11 @@ ABSL_FLAG(int, context_length, 2048, "KV capacity of one session, in tokens");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; with --tls_key enables TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, auth_token, "", "if set, RPCs need 'authorization: Bearer <token>'");
-ABSL_FLAG(int, drain_seconds, 10, "grace period for open streams on SIGTERM");
+ABSL_FLAG(int, drain_seconds, 10,
+          "on SIGTERM/SIGINT, running turns get this long to finish; the process exits within it");
 ABSL_FLAG(int, stuck_step_seconds, 30, "health turns NOT_SERVING while one step runs longer than this");
+ABSL_FLAG(int, max_unconsumed_events, 8,
+          "a stream whose client has not taken this many token events is not stepped until it reads (>= 1)");
 ABSL_FLAG(int64_t, kv_budget_mb, -1,
           "KV cache all open sessions may reserve, MiB; beyond it new streams get RESOURCE_EXHAUSTED. "
           "-1: 75% of physical memory; 0: no limit");
@@ -87,8 +93,9 @@ int main(int argc, char** argv) {
     sigwait(&signals, &sig);
     received = sig;
     if (!serving.load()) {
+      // Nothing to drain yet; the same exit status as a drained stop.
       std::cerr << "decoded: signal " << sig << " before serving, exiting\n";
-      std::_Exit(128 + sig);
+      std::_Exit(0);
     }
     drain.Notify();
   });
@@ -116,6 +123,7 @@ int main(int argc, char** argv) {
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);
+  engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);
   int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
   if (kv_budget_mb < 0) {
     const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);

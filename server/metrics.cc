@@ -1,6 +1,5 @@
 #include "server/metrics.h"
 
-#include <exception>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +59,12 @@ class EngineCollectable final : public prometheus::Collectable {
         OneValue("decoded_kv_bytes", "KV cache bytes held by live sessions.", MetricType::Gauge, s.kv_bytes),
         OneValue("decoded_workers_busy", "Workers running a step.", MetricType::Gauge, s.workers_busy),
         OneValue("decoded_sessions_queued", "Sessions waiting for a worker.", MetricType::Gauge, s.turns_queued),
+        OneValue("decoded_sessions_waiting_for_client",
+                 "Sessions not stepped because their client has not consumed its last events (backpressure).",
+                 MetricType::Gauge, s.sessions_waiting_for_client),
+        OneValue("decoded_nonfinite_logits_total",
+                 "Turns ended with an error because a step produced NaN or infinite logits.", MetricType::Counter,
+                 s.nonfinite_logits_turns),
     };
   }
 
@@ -81,6 +86,7 @@ ServerMetrics::ServerMetrics()
                        .Register(*registry_);
   sessions_ok_ = &sessions.Add({{"outcome", "ok"}});
   sessions_client_gone_ = &sessions.Add({{"outcome", "client_gone"}});
+  sessions_shutdown_ = &sessions.Add({{"outcome", "shutdown"}});
   sessions_error_ = &sessions.Add({{"outcome", "error"}});
   admission_rejections_ = &BuildCounter()
                                .Name("decoded_admission_rejections_total")
@@ -122,16 +128,8 @@ ServerMetrics::ServerMetrics()
 
 void ServerMetrics::SetEngine(const serving::Engine* engine) { engine_->store(engine); }
 
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> ServerMetrics::Expose(const std::string& address) {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
-  }
-  exposer->RegisterCollectable(registry_);
-  exposer->RegisterCollectable(engine_collectable_);
-  return exposer;
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> ServerMetrics::Expose(const std::string& address) {
+  return MetricsEndpoint::Start(address, {registry_, engine_collectable_});
 }
 
 void ServerMetrics::SessionOpened() { sessions_active_->Increment(); }
@@ -141,6 +139,7 @@ void ServerMetrics::SessionClosed(SessionOutcome outcome) {
   switch (outcome) {
     case SessionOutcome::kOk: sessions_ok_->Increment(); break;
     case SessionOutcome::kClientGone: sessions_client_gone_->Increment(); break;
+    case SessionOutcome::kShutdown: sessions_shutdown_->Increment(); break;
     case SessionOutcome::kError: sessions_error_->Increment(); break;
   }
 }
@@ -150,7 +149,7 @@ void ServerMetrics::AdmissionRejected() { admission_rejections_->Increment(); }
 void ServerMetrics::TurnEnded(const serving::TurnEnd& end) {
   queue_time_->Observe(end.timings.queue_ms / 1e3);
   if (end.usage.generated_tokens > 0) ttft_->Observe(end.timings.ttft_ms / 1e3);
-  prompt_tokens_->Increment(end.usage.prompt_tokens);
+  prompt_tokens_->Increment(end.usage.prefilled_tokens);
 }
 
 void ServerMetrics::TokenGenerated() { generated_tokens_->Increment(); }

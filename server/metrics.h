@@ -17,9 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/serving/engine.h"
+#include "server/metrics_endpoint.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -28,7 +28,8 @@
 namespace decoded::server {
 
 // Session outcomes for decoded_sessions_total{outcome}.
-enum class SessionOutcome { kOk, kClientGone, kError };
+// kShutdown: the server ended the stream because it shuts down.
+enum class SessionOutcome { kOk, kClientGone, kShutdown, kError };
 
 class ServerMetrics {
  public:
@@ -40,8 +41,8 @@ class ServerMetrics {
   void SetEngine(const serving::Engine* engine);
 
   // Serves /metrics on `address` ("host:port"). INVALID_ARGUMENT when the
-  // address cannot be bound (prometheus-cpp throws; the exception stops here).
-  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Expose(const std::string& address);
+  // address cannot be bound.
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Expose(const std::string& address);
 
   void SessionOpened();                       // decoded_sessions_active + 1
   void SessionClosed(SessionOutcome outcome); // decoded_sessions_active - 1, outcome counted
@@ -63,6 +64,7 @@ class ServerMetrics {
   prometheus::Gauge* sessions_active_;
   prometheus::Counter* sessions_ok_;
   prometheus::Counter* sessions_client_gone_;
+  prometheus::Counter* sessions_shutdown_;
   prometheus::Counter* sessions_error_;
   prometheus::Counter* admission_rejections_;
   prometheus::Histogram* ttft_;

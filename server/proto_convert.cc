@@ -61,6 +61,7 @@ v1::FinishReason ReasonToProto(serving::FinishReason reason) {
     case serving::FinishReason::kLength: return v1::LENGTH;
     case serving::FinishReason::kCancelled: return v1::CANCELLED;
     case serving::FinishReason::kContextFull: return v1::CONTEXT_FULL;
+    case serving::FinishReason::kShutdown: return v1::SHUTDOWN;
     case serving::FinishReason::kError: break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
@@ -73,6 +74,8 @@ void TurnEndToProto(const serving::TurnEnd& end, v1::TurnEnd* out) {
   out->mutable_usage()->set_prompt_tokens(end.usage.prompt_tokens);
   out->mutable_usage()->set_generated_tokens(end.usage.generated_tokens);
   out->mutable_usage()->set_cached_tokens(end.usage.cached_tokens);
+  out->mutable_usage()->set_prefilled_tokens(end.usage.prefilled_tokens);
+  out->mutable_usage()->set_context_tokens(end.usage.context_tokens);
   v1::Timings* t = out->mutable_timings();
   t->set_queue_ms(end.timings.queue_ms);
   t->set_ttft_ms(end.timings.ttft_ms);

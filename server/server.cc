@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -28,9 +29,9 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   server->stuck_step_threshold_ = options.stuck_step_threshold;
   server->metrics_ = std::make_unique<ServerMetrics>();
   if (!options.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer = server->metrics_->Expose(options.metrics_listen);
-    if (!exposer.ok()) return exposer.status();
-    server->exposer_ = *std::move(exposer);
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = server->metrics_->Expose(options.metrics_listen);
+    if (!endpoint.ok()) return endpoint.status();
+    server->metrics_endpoint_ = *std::move(endpoint);
   }
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
@@ -73,9 +74,7 @@ DecodedServer::~DecodedServer() {
 }
 
 int DecodedServer::metrics_port() const {
-  if (exposer_ == nullptr) return 0;
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
+  return metrics_endpoint_ == nullptr ? 0 : metrics_endpoint_->port();
 }
 
 void DecodedServer::AttachEngine(std::unique_ptr<serving::Engine> engine) {
@@ -102,16 +101,30 @@ void DecodedServer::WatchForStuckSteps() {
   }
 }
 
-void DecodedServer::Drain(absl::Duration deadline) {
+void DecodedServer::Drain(absl::Duration period) {
   if (drained_.load() || server_ == nullptr) return;
   drained_ = true;
+  const absl::Time end = absl::Now() + period;
   if (watchdog_.joinable()) {
     stop_watchdog_.Notify();
     watchdog_.join();
   }
   SetServing(false);
+  // Watchers have been sent NOT_SERVING; shutting the health service down
+  // ends their Watch calls, which would otherwise hold the drain open.
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
   service_->StartDraining();
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + deadline));
+  // Turns still running at the cut point end with SHUTDOWN; the reserve
+  // leaves time for their last step, their final events and the teardown
+  // after Drain, so the process exits within `period`.
+  const absl::Duration reserve = std::min(period / 5, absl::Seconds(1));
+  StreamRegistry& streams = service_->streams();
+  if (!streams.WaitUntilEmpty(end - reserve) && engine_ != nullptr) {
+    engine_->BeginShutdown();
+    streams.WaitUntilEmpty(end - reserve / 2);
+  }
+  streams.MarkCancellingAll();
+  server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();
 }
 

@@ -3,8 +3,18 @@
 // health can say NOT_SERVING while it loads.
 //
 // Order of life: Start (NOT_SERVING, RPCs answer UNAVAILABLE) -> AttachEngine
-// (SERVING) -> Drain (NOT_SERVING, new streams refused, open streams get until
-// the deadline, then are cancelled) -> destruction (engine after server).
+// (SERVING) -> Drain -> destruction (engine after server).
+//
+// Drain(period), all within `period`:
+//   at once     health NOT_SERVING for every watcher, then the health service
+//               shuts down, which ends open grpc.health.v1 Watch calls; new
+//               RPCs and new turns get UNAVAILABLE; idle Generate streams
+//               end with UNAVAILABLE; a stream whose turn runs ends after
+//               that turn's TurnEnd.
+//   cut point   (period minus a reserve for teardown) turns still running
+//               end with finish reason SHUTDOWN and their streams with
+//               UNAVAILABLE.
+//   end         anything still open is cancelled; the gRPC server stops.
 #ifndef DECODED_SERVER_SERVER_H_
 #define DECODED_SERVER_SERVER_H_
 
@@ -15,7 +25,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/time.h"
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "grpcpp/grpcpp.h"
@@ -54,9 +63,8 @@ class DecodedServer {
   // Serves `engine` from now on and reports SERVING.
   void AttachEngine(std::unique_ptr<serving::Engine> engine);
 
-  // NOT_SERVING, refuses new RPCs, waits for open ones until `deadline`, then
-  // cancels them and returns once every reactor is done. Idempotent.
-  void Drain(absl::Duration deadline);
+  // See the file comment; returns once every RPC is done. Idempotent.
+  void Drain(absl::Duration period);
 
  private:
   DecodedServer() = default;
@@ -65,7 +73,7 @@ class DecodedServer {
   void WatchForStuckSteps();
 
   std::unique_ptr<ServerMetrics> metrics_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<DecoderService> service_;
   std::unique_ptr<serving::Engine> engine_;  // outlives server_ (declared before it)
   std::unique_ptr<grpc::Server> server_;

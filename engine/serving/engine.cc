@@ -48,6 +48,7 @@ absl::Status CheckOptions(const EngineOptions& o) {
   if (o.max_sessions < 1) return absl::InvalidArgumentError("max_sessions must be >= 1");
   if (o.max_queued < 1) return absl::InvalidArgumentError("max_queued must be >= 1");
   if (o.context_length < 1) return absl::InvalidArgumentError("context_length must be >= 1");
+  if (o.max_unconsumed_events < 1) return absl::InvalidArgumentError("max_unconsumed_events must be >= 1");
   return absl::OkStatus();
 }
 
@@ -87,6 +88,7 @@ class EngineImpl final : public Engine {
     so.max_queued = options.max_queued;
     so.context_length = session_len;
     so.kv_budget_bytes = options.kv_budget_bytes;
+    so.max_unconsumed_events = options.max_unconsumed_events;
     const int threads = options.threads_per_worker;
     so.make_executor = [threads] { return CreateCpuExecutor(threads); };
     so.on_step = options.on_step;
@@ -96,24 +98,22 @@ class EngineImpl final : public Engine {
   absl::StatusOr<SessionId> OpenSession() override { return scheduler_->Open(); }
 
   absl::Status SubmitTurn(SessionId session, const TurnRequest& turn, TurnSink* sink) override {
-    absl::StatusOr<bool> fresh = scheduler_->IsFresh(session);
-    if (!fresh.ok()) return fresh.status();
     const Tokenizer& tok = model_->model().tokenizer();
     PreparedTurn prepared;
+    // Text and chat input are encoded without BOS: the scheduler prepends it
+    // when the turn opens an empty context.
     switch (turn.kind) {
       case TurnRequest::InputKind::kText:
         if (turn.text.empty()) return absl::InvalidArgumentError("the turn's text is empty");
-        prepared.prompt = tok.Encode(turn.text, /*add_bos=*/*fresh, /*parse_special=*/true);
+        prepared.prompt = tok.Encode(turn.text, /*add_bos=*/false, /*parse_special=*/true);
+        prepared.bos_id = tok.prompt_bos_id();
         break;
       case TurnRequest::InputKind::kMessages: {
         if (turn.messages.empty()) return absl::InvalidArgumentError("the turn has no messages");
         absl::StatusOr<std::string> rendered = tok.ApplyChatTemplate(turn.messages, /*add_generation_prompt=*/true);
         if (!rendered.ok()) return rendered.status();
-        prepared.prompt = tok.Encode(*rendered, /*add_bos=*/*fresh, /*parse_special=*/true);
-        // A later turn continues the context: a BOS the template may carry does not belong mid-sequence.
-        if (!*fresh && !prepared.prompt.empty() && prepared.prompt.front() == tok.bos_id()) {
-          prepared.prompt.erase(prepared.prompt.begin());
-        }
+        prepared.prompt = tok.Encode(*rendered, /*add_bos=*/false, /*parse_special=*/true);
+        prepared.bos_id = tok.prompt_bos_id();
         break;
       }
       case TurnRequest::InputKind::kTokens:
@@ -127,7 +127,11 @@ class EngineImpl final : public Engine {
   }
 
   absl::Status CancelTurn(SessionId session) override { return scheduler_->Cancel(session); }
-  void CloseSession(SessionId session) override { scheduler_->Close(session); }
+  void CloseSession(SessionId session, absl::AnyInvocable<void()> on_released) override {
+    scheduler_->Close(session, std::move(on_released));
+  }
+  void EventsConsumed(SessionId session, int count) override { scheduler_->EventsConsumed(session, count); }
+  void BeginShutdown() override { scheduler_->BeginShutdown(); }
 
   std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const override {
     return model_->model().tokenizer().Encode(text, add_bos, parse_special);

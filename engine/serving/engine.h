@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -56,12 +57,26 @@ struct TokenEvent {
   std::vector<TokenLogprob> top;
 };
 
-enum class FinishReason { kStopToken, kStopSequence, kLength, kCancelled, kContextFull, kError };
+// kShutdown: the server cut the turn short because it is shutting down.
+// kError: a step failed (TurnEnd::error says why).
+enum class FinishReason { kStopToken, kStopSequence, kLength, kCancelled, kContextFull, kShutdown, kError };
 
+// Token counts of one turn. A session's *context* is every token it has seen:
+// the tokens in its KV cache plus the last sampled token, which is fed to the
+// model at the start of the next turn. For every turn:
+//   context_tokens = cached_tokens + prompt tokens that entered the context + generated_tokens
+// where every prompt token enters unless the turn was cut during prefill
+// (cancel, shutdown, error); and the next turn's cached_tokens is this turn's
+// context_tokens. So over a session's turns, sum(prompt_tokens +
+// generated_tokens) == the last context_tokens when no prefill was cut.
 struct TurnUsage {
-  int32_t prompt_tokens = 0;     // tokens prefilled by this turn
+  int32_t prompt_tokens = 0;     // the turn's input tokens (a BOS the server added included)
   int32_t generated_tokens = 0;  // tokens sampled by this turn
-  int32_t cached_tokens = 0;     // context length when the turn began
+  int32_t cached_tokens = 0;     // context tokens when the turn began (reused, not recomputed)
+  // Tokens this turn ran through prefill: its prompt tokens that entered the
+  // context plus the previous turn's last sampled token, when there is one.
+  int32_t prefilled_tokens = 0;
+  int32_t context_tokens = 0;    // context tokens when the turn ended (<= session capacity)
 };
 
 // Milliseconds on the monotonic clock, from SubmitTurn's acceptance.
@@ -75,7 +90,9 @@ struct TurnTimings {
 
 struct TurnEnd {
   FinishReason reason = FinishReason::kStopToken;
-  // Set with kError only: a step failed inside the engine (INTERNAL etc.).
+  // Set with kError only: a step failed inside the engine (INTERNAL, e.g.
+  // non-finite logits), or a turn held behind a cancelled one was refused
+  // when it was due to start (its SubmitTurn error).
   absl::Status error;
   TurnUsage usage;
   TurnTimings timings;
@@ -86,7 +103,7 @@ struct TurnEnd {
 // Receives one turn's events, in order: zero or more OnToken, then exactly one
 // OnTurnEnd. Calls for one session never overlap. The Engine calls a sink only
 // between the SubmitTurn that accepted it and its OnTurnEnd, and never after
-// CloseSession for its session has returned: the caller owns the sink and may
+// the session's release (see CloseSession): the caller owns the sink and may
 // destroy it after either point.
 class TurnSink {
  public:
@@ -106,6 +123,11 @@ struct EngineOptions {
   int max_queued = 64;          // turns waiting for a worker; beyond: RESOURCE_EXHAUSTED
   int context_length = 2048;    // KV capacity per session, clamped to the model's
   int64_t kv_budget_bytes = 0;  // KV all open sessions may reserve; 0 = no limit (RESOURCE_EXHAUSTED beyond)
+  // Backpressure: a session whose client has not consumed this many of its
+  // token events (see Engine::EventsConsumed) is not stepped until it does,
+  // so a client that stops reading costs no worker time and its server-side
+  // buffer stays bounded. >= 1.
+  int max_unconsumed_events = 8;
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(bool prefill, double seconds)> on_step;
@@ -128,9 +150,14 @@ struct EngineModelInfo {
 };
 
 struct EngineStats {
-  int64_t sessions_active = 0;
+  int64_t sessions_active = 0;  // open sessions (a closed one stops counting at once)
   int64_t turns_queued = 0;   // runnable turns waiting for a worker
   int64_t workers_busy = 0;
+  // Sessions with a turn that is not stepped because the client has not
+  // consumed max_unconsumed_events of its events.
+  int64_t sessions_waiting_for_client = 0;
+  // Turns ended with an error because a step produced NaN or infinite logits.
+  int64_t nonfinite_logits_turns = 0;
   // Age of the oldest step a worker is running now (0 when idle): a step that
   // runs for seconds means the worker loop is wedged (health reports it).
   double longest_running_step_seconds = 0;
@@ -155,28 +182,52 @@ class Engine {
   // without further sink calls.
   virtual ~Engine() = default;
 
-  // RESOURCE_EXHAUSTED when max_sessions sessions are open. The KV cache is
-  // allocated here.
+  // RESOURCE_EXHAUSTED when max_sessions sessions are open or the KV budget
+  // is spent; UNAVAILABLE after BeginShutdown. The KV cache is allocated here.
   virtual absl::StatusOr<SessionId> OpenSession() = 0;
 
-  // Validates and queues a turn. Errors (the session is unchanged):
+  // Validates and queues a turn. Whether the input starts with BOS follows
+  // from the session's context: the model's BOS is prepended (never doubled)
+  // to text and chat input exactly when the context is empty, whatever
+  // earlier turns were accepted and cancelled. Errors (the session is
+  // unchanged):
   //   INVALID_ARGUMENT: empty input, token id outside the vocabulary (input or
   //     stop_token_ids), input longer than the remaining context, sampling
   //     parameter out of range, negative max_new_tokens;
-  //   FAILED_PRECONDITION: a turn of this session is still running;
+  //   FAILED_PRECONDITION: a turn of this session is still running (a turn
+  //     submitted after CancelTurn, before the cancelled turn's end, is held
+  //     instead and starts right after that end; one such turn at a time; if
+  //     it no longer fits then, its sink gets a kError TurnEnd with the error);
   //   RESOURCE_EXHAUSTED: max_queued turns are waiting;
+  //   UNAVAILABLE: the engine is shutting down;
   //   NOT_FOUND: no such session.
-  // `sink` must stay valid until its OnTurnEnd or CloseSession returned.
+  // `sink` must stay valid until its OnTurnEnd or the session's release.
   virtual absl::Status SubmitTurn(SessionId session, const TurnRequest& turn, TurnSink* sink) = 0;
 
-  // Ends the running turn with kCancelled before its next step. No-op when no
-  // turn runs. NOT_FOUND for an unknown session.
+  // Ends the running turn with kCancelled before its next step (also when it
+  // waits for its client). No-op when no turn runs. NOT_FOUND for an unknown
+  // session.
   virtual absl::Status CancelTurn(SessionId session) = 0;
 
-  // Closes a session: a queued turn never runs, a running step is waited for,
-  // then the DecodeContext (KV cache and bindings) is destroyed. The sink gets
-  // no further calls. Idempotent.
-  virtual void CloseSession(SessionId session) = 0;
+  // Closes a session without waiting: it stops counting against max_sessions
+  // at once, its queued turn never runs and it is never stepped again. Its
+  // DecodeContext (KV cache and bindings) is destroyed as soon as no step of
+  // it runs; then `on_released` is called (on this thread when no step runs,
+  // else on the worker when the step returns): from then on the engine never
+  // calls the session's sinks. Safe to call from gRPC callbacks. A second
+  // call's `on_released` runs at the same release (at once for an unknown or
+  // already released session).
+  virtual void CloseSession(SessionId session, absl::AnyInvocable<void()> on_released = nullptr) = 0;
+
+  // The client has consumed `count` more token events of the session (the
+  // server handed them to the transport). See
+  // EngineOptions::max_unconsumed_events. Unknown sessions are ignored.
+  virtual void EventsConsumed(SessionId session, int count) = 0;
+
+  // Every running and queued turn ends with kShutdown before its next step
+  // (a turn waiting for its client too); later OpenSession and SubmitTurn
+  // get UNAVAILABLE. Idempotent.
+  virtual void BeginShutdown() = 0;
 
   // Text -> ids (add_bos: the model's BOS, never doubled).
   virtual std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const = 0;

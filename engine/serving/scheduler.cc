@@ -9,18 +9,33 @@
 namespace decoded::serving {
 
 struct Scheduler::Session {
+  explicit Session(SessionId id) : id(id) {}
+  const SessionId id;
   std::unique_ptr<DecodeContext> ctx;
-  bool fresh = true;           // no turn accepted yet
-  std::vector<int32_t> carry;  // sampled tokens not yet in the KV cache
+  std::vector<int32_t> carry;  // tokens of the context not yet in the KV cache
   // The current turn; null when idle. Owned here, stepped by one worker at a time.
   std::unique_ptr<TurnRunner> turn;
   TurnSink* sink = nullptr;
   bool turn_started = false;
-  bool cancel = false;    // end the turn before its next step
+  // Set when the turn is to end before its next step (kCancelled, kShutdown).
+  std::optional<FinishReason> end_request;
+  // A turn submitted after a cancel, started when the cancelled turn ends.
+  struct Held {
+    PreparedTurn turn;
+    TurnSink* sink;
+    Clock::time_point accepted;
+  };
+  std::optional<Held> held;
+  int credits = 0;        // token events the client may still leave unconsumed
   bool queued = false;    // in runnable_
   bool running = false;   // a worker holds it (stepping or emitting)
   Clock::time_point step_started;  // when the worker took it (valid while running)
   bool closing = false;
+  std::vector<absl::AnyInvocable<void()>> on_released;
+
+  int32_t context_tokens() const { return ctx->cached_len() + static_cast<int32_t>(carry.size()); }
+  // Has a step to run: a turn that may advance, or one that is to end.
+  bool HasStep() const { return turn != nullptr && !closing && (credits > 0 || end_request.has_value()); }
 };
 
 Scheduler::Scheduler(const ServingModel* model, SchedulerOptions options)
@@ -34,50 +49,58 @@ Scheduler::~Scheduler() {
     stopping_ = true;
   }
   for (std::thread& t : workers_) t.join();
+  // No worker runs now: every session can go, with its callbacks.
+  std::vector<std::unique_ptr<Session>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, s] : sessions_) left.push_back(std::move(s));
+    sessions_.clear();
+    runnable_.clear();
+  }
+  for (std::unique_ptr<Session>& s : left) Release(std::move(s));
 }
 
 absl::StatusOr<SessionId> Scheduler::Open() {
   SessionId id;
   {
     absl::MutexLock lock(&mu_);
-    if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
+    if (shutting_down_) return absl::UnavailableError("the server is shutting down");
+    if (open_ >= options_.max_sessions) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the server holds its maximum of ", options_.max_sessions, " sessions"));
     }
     id = next_id_++;
     // Reserve the slot now so concurrent opens cannot overshoot while the KV
     // cache is allocated outside the lock.
-    sessions_[id] = std::make_unique<Session>();
+    sessions_[id] = std::make_unique<Session>(id);
+    ++open_;
   }
   absl::StatusOr<std::unique_ptr<DecodeContext>> ctx = model_->NewContext(options_.context_length);
   absl::MutexLock lock(&mu_);
-  if (!ctx.ok()) {
+  auto refuse = [&](absl::Status status) {
     sessions_.erase(id);
-    return ctx.status();
-  }
+    --open_;
+    return status;
+  };
+  if (!ctx.ok()) return refuse(ctx.status());
   if (options_.kv_budget_bytes > 0) {
     // KV memory is reserved at open (committed lazily as the context fills),
-    // so the budget bounds what open sessions can grow to.
+    // so the budget bounds what sessions can grow to. Closing sessions still
+    // hold theirs until their running step returns.
     int64_t reserved = (*ctx)->kv_bytes();
     for (const auto& [other, session] : sessions_) {
       if (session->ctx != nullptr) reserved += session->ctx->kv_bytes();
     }
     if (reserved > options_.kv_budget_bytes) {
-      sessions_.erase(id);
-      return absl::ResourceExhaustedError(absl::StrCat("another session would reserve ", reserved,
-                                                       " KV bytes, over the server's budget of ",
-                                                       options_.kv_budget_bytes));
+      return refuse(absl::ResourceExhaustedError(absl::StrCat(
+          "another session would reserve ", reserved, " KV bytes, over the server's budget of ",
+          options_.kv_budget_bytes)));
     }
   }
-  sessions_[id]->ctx = *std::move(ctx);
+  Session* s = sessions_[id].get();
+  s->ctx = *std::move(ctx);
+  s->credits = std::max(1, options_.max_unconsumed_events);
   return id;
-}
-
-absl::StatusOr<bool> Scheduler::IsFresh(SessionId id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second->closing) return absl::NotFoundError("no such session");
-  return it->second->fresh;
 }
 
 absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) {
@@ -106,31 +129,44 @@ absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) 
   if (it == sessions_.end() || it->second->closing || it->second->ctx == nullptr) {
     return absl::NotFoundError("no such session");
   }
+  if (shutting_down_) return absl::UnavailableError("the server is shutting down");
   Session* s = it->second.get();
   if (s->turn != nullptr) {
+    if (s->end_request == FinishReason::kCancelled && !s->held) {
+      // Sent right after a cancel: starts when the cancelled turn has ended.
+      s->held = Session::Held{std::move(turn), sink, accepted};
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError("a turn is still running on this session; wait for its end or cancel it");
-  }
-  // No step runs on ctx here: either the session is idle or its worker is
-  // only emitting the previous turn's events.
-  const int32_t cached = s->ctx->cached_len();
-  const int64_t needed = static_cast<int64_t>(s->carry.size()) + static_cast<int64_t>(turn.prompt.size());
-  const int64_t room = s->ctx->capacity() - cached;
-  if (needed > room) {
-    return absl::InvalidArgumentError(absl::StrCat("the input needs ", needed, " tokens but the session's context has ",
-                                                   room, " of ", s->ctx->capacity(), " left"));
   }
   if (not_started_ >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("the server has ", options_.max_queued, " turns queued"));
   }
-  s->turn = std::make_unique<TurnRunner>(*model_, std::move(turn), std::move(s->carry), cached, accepted);
+  return StartTurn(s, std::move(turn), sink, accepted);
+}
+
+absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted) {
+  // No step runs on ctx here: the session is idle, or its worker is past its
+  // last step of the previous turn.
+  const int32_t context = s->context_tokens();
+  // BOS follows from what the context holds, not from which turns came before:
+  // a first turn cancelled before its first step leaves the context empty.
+  if (turn.bos_id >= 0 && context == 0 && turn.prompt.front() != turn.bos_id) {
+    turn.prompt.insert(turn.prompt.begin(), turn.bos_id);
+  }
+  const int64_t room = s->ctx->capacity() - context;
+  if (static_cast<int64_t>(turn.prompt.size()) > room) {
+    return absl::InvalidArgumentError(absl::StrCat("the input needs ", turn.prompt.size(),
+                                                   " tokens but the session's context has ", room, " of ",
+                                                   s->ctx->capacity(), " left"));
+  }
+  s->turn = std::make_unique<TurnRunner>(*model_, std::move(turn), std::move(s->carry), context, accepted);
   s->carry.clear();
   s->sink = sink;
-  s->fresh = false;
   s->turn_started = false;
-  s->cancel = false;
+  s->end_request.reset();
   ++not_started_;
-  // A running session's worker queues it once it has finished emitting.
-  if (!s->running) Enqueue(s);
+  MaybeEnqueue(s);
   return absl::OkStatus();
 }
 
@@ -138,54 +174,89 @@ absl::Status Scheduler::Cancel(SessionId id) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->closing) return absl::NotFoundError("no such session");
-  if (it->second->turn != nullptr) it->second->cancel = true;
+  Session* s = it->second.get();
+  if (s->turn != nullptr && !s->end_request) {
+    s->end_request = FinishReason::kCancelled;
+    MaybeEnqueue(s);  // a turn waiting for its client ends too
+  }
   return absl::OkStatus();
 }
 
-void Scheduler::Close(SessionId id) {
+void Scheduler::Close(SessionId id, absl::AnyInvocable<void()> on_released) {
   std::unique_ptr<Session> dropped;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return;
-    if (it->second->closing) {
-      // Another Close is waiting for the step: return only once it is done,
-      // so every caller gets the no-more-sink-calls guarantee.
-      struct Gone {
-        Scheduler* self;
-        SessionId id;
-      } gone{this, id};
-      mu_.Await(absl::Condition(
-          +[](Gone* g) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !g->self->sessions_.contains(g->id); }, &gone));
-      return;
+    if (it != sessions_.end()) {
+      Session* s = it->second.get();
+      if (on_released) s->on_released.push_back(std::move(on_released));
+      if (s->closing) return;  // released with the first Close
+      s->closing = true;
+      --open_;
+      if (s->queued) {
+        runnable_.erase(std::find(runnable_.begin(), runnable_.end(), s));
+        s->queued = false;
+      }
+      if (s->turn != nullptr && !s->turn_started) --not_started_;
+      if (s->running) return;  // the worker destroys it after its step
+      dropped = TakeClosedLocked(s);
     }
-    Session* s = it->second.get();
-    s->closing = true;
-    if (s->queued) {
-      runnable_.erase(std::find(runnable_.begin(), runnable_.end(), s));
-      s->queued = false;
-    }
-    if (s->turn != nullptr && !s->turn_started) --not_started_;
-    // Await releases mu_: other sessions may be opened meanwhile and rehash
-    // the map, so look the entry up again afterwards (`s` itself is stable).
-    mu_.Await(absl::Condition(
-        +[](Session* session) { return !session->running; }, s));
-    auto again = sessions_.find(id);
-    dropped = std::move(again->second);
-    sessions_.erase(again);
   }
-  // The KV cache and plan bindings go here, outside the lock.
-  dropped.reset();
+  if (dropped != nullptr) {
+    Release(std::move(dropped));
+    return;
+  }
+  // Unknown or already released: nothing calls its sinks any more.
+  if (on_released) on_released();
+}
+
+std::unique_ptr<Scheduler::Session> Scheduler::TakeClosedLocked(Session* s) {
+  auto it = sessions_.find(s->id);
+  std::unique_ptr<Session> taken = std::move(it->second);
+  sessions_.erase(it);
+  return taken;
+}
+
+void Scheduler::Release(std::unique_ptr<Session> s) {
+  std::vector<absl::AnyInvocable<void()>> callbacks = std::move(s->on_released);
+  // The KV cache, the held plan and the turn go here, outside the lock.
+  s.reset();
+  heap_trimmer_.Request();
+  for (auto& callback : callbacks) callback();
+}
+
+void Scheduler::EventsConsumed(SessionId id, int count) {
+  if (count <= 0) return;
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  Session* s = it->second.get();
+  s->credits = std::min(std::max(1, options_.max_unconsumed_events), s->credits + count);
+  MaybeEnqueue(s);
+}
+
+void Scheduler::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  for (auto& [id, s] : sessions_) {
+    if (s->turn == nullptr || s->closing) continue;
+    if (!s->end_request) s->end_request = FinishReason::kShutdown;
+    MaybeEnqueue(s.get());
+  }
 }
 
 EngineStats Scheduler::Stats() const {
   absl::MutexLock lock(&mu_);
   EngineStats stats;
-  stats.sessions_active = static_cast<int64_t>(sessions_.size());
+  stats.sessions_active = open_;
   stats.turns_queued = static_cast<int64_t>(runnable_.size());
   stats.workers_busy = busy_;
+  stats.nonfinite_logits_turns = nonfinite_logits_turns_;
   const Clock::time_point now = Clock::now();
   for (const auto& [id, session] : sessions_) {
+    if (session->turn != nullptr && !session->closing && !session->running && !session->HasStep()) {
+      ++stats.sessions_waiting_for_client;
+    }
     if (!session->running) continue;
     stats.longest_running_step_seconds = std::max(
         stats.longest_running_step_seconds, std::chrono::duration<double>(now - session->step_started).count());
@@ -195,7 +266,8 @@ EngineStats Scheduler::Stats() const {
 
 bool Scheduler::HasWorkOrStopping() const { return stopping_ || !runnable_.empty(); }
 
-void Scheduler::Enqueue(Session* s) {
+void Scheduler::MaybeEnqueue(Session* s) {
+  if (s->queued || s->running || !s->HasStep()) return;
   s->queued = true;
   runnable_.push_back(s);
 }
@@ -207,7 +279,7 @@ void Scheduler::WorkerLoop() {
     Session* s;
     TurnRunner* turn;
     TurnSink* sink;
-    bool cancel;
+    std::optional<FinishReason> end_request;
     bool others_waiting;
     {
       absl::MutexLock lock(&mu_);
@@ -225,40 +297,64 @@ void Scheduler::WorkerLoop() {
       }
       turn = s->turn.get();
       sink = s->sink;
-      cancel = s->cancel;
+      end_request = s->end_request;
       others_waiting = !runnable_.empty();
     }
 
-    // Step it (or end it, when cancelled before this step).
+    // Step it (or end it, when asked to before this step).
     StepOutput out;
-    if (cancel) {
-      out.end = turn->Cancel();
+    if (end_request) {
+      out.end = turn->End(*end_request);
     } else {
       out = turn->Step(*s->ctx, *executor, others_waiting ? kSharedPrefillChunk : kMaxPrefillChunk);
       if (options_.on_step && out.seconds > 0) options_.on_step(out.prefill, out.seconds);
     }
 
     // The session is idle for new turns before its end event goes out, so a
-    // client that answers the TurnEnd at once is never refused.
+    // client that answers the TurnEnd at once is never refused. A turn held
+    // behind a cancelled one starts now, from the context the cancel left.
     std::unique_ptr<TurnRunner> finished;
+    TurnSink* refused_sink = nullptr;
+    TurnEnd refused;
     if (out.end) {
       absl::MutexLock lock(&mu_);
+      if (out.nonfinite_logits) ++nonfinite_logits_turns_;
       s->carry = turn->TakeCarry();
       finished = std::move(s->turn);
       s->sink = nullptr;
-      s->cancel = false;
+      s->end_request.reset();
+      if (std::optional<Session::Held> held = std::exchange(s->held, std::nullopt); held && !s->closing) {
+        absl::Status started = shutting_down_ ? absl::UnavailableError("the server is shutting down")
+                                              : StartTurn(s, std::move(held->turn), held->sink, held->accepted);
+        if (!started.ok()) {
+          refused_sink = held->sink;
+          refused.reason = FinishReason::kError;
+          refused.error = std::move(started);
+        }
+      }
     }
 
-    // Emit its events. `running` still holds the session: Close waits and no
-    // other worker can pick it, so the sink calls of one session never overlap.
+    // Emit its events. `running` still holds the session: no other worker can
+    // pick it and it cannot be destroyed, so the sink calls of one session
+    // never overlap and never outlive it.
     for (const TokenEvent& event : out.tokens) sink->OnToken(event);
     if (out.end) sink->OnTurnEnd(*out.end);
+    if (refused_sink != nullptr) refused_sink->OnTurnEnd(refused);
     finished.reset();
 
-    absl::MutexLock lock(&mu_);
-    s->running = false;
-    --busy_;
-    if (!s->closing && s->turn != nullptr) Enqueue(s);
+    std::unique_ptr<Session> dropped;
+    {
+      absl::MutexLock lock(&mu_);
+      s->running = false;
+      --busy_;
+      s->credits -= static_cast<int>(out.tokens.size());
+      if (s->closing) {
+        dropped = TakeClosedLocked(s);
+      } else {
+        MaybeEnqueue(s);
+      }
+    }
+    if (dropped != nullptr) Release(std::move(dropped));
   }
 }
 

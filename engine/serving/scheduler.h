@@ -1,22 +1,31 @@
 // The worker pool: W workers step decode sessions one step at a time.
 //
-// Contract (DESIGN.md section 4):
+// Contract (engine.h states what callers see):
 // - Runnable sessions wait in one FIFO queue. A worker pops the front session,
 //   runs ONE step of its turn (a prefill chunk, or one decode step and its
 //   sampling), emits that step's events, and pushes the session to the back if
 //   its turn has more work. So a session is in at most one place at a time
 //   (queue or one worker): its steps never overlap and every runnable session
 //   gets a step per round (round-robin fairness).
-// - A cancelled turn ends (kCancelled) when its session is next picked,
-//   before any further step; a closed session is removed from the queue at
-//   once, so a queued turn of a gone client never runs.
-// - Close waits for a running step (and its event emission) to return, then
-//   destroys the session's DecodeContext.
-// - Admission: at most max_sessions open sessions and max_queued accepted
-//   turns that have not yet started; beyond either, RESOURCE_EXHAUSTED.
+// - The scheduler is the one owner of a session's turn state: the running
+//   turn, a turn held behind a cancelled one, the carry token, the cancel and
+//   shutdown requests, and the client's event credit.
+// - A turn asked to end (cancel, shutdown) ends when its session is next
+//   picked, before any further step.
+// - Backpressure: each emitted token event spends one credit of the session
+//   (max_unconsumed_events); EventsConsumed returns credits. A session without
+//   credit is parked (not runnable) until credits come back or its turn is
+//   asked to end.
+// - Close never waits: the session stops counting against max_sessions at
+//   once and leaves the run queue; it is destroyed (KV cache and bindings
+//   freed) on the closing thread when no step runs, else by the worker right
+//   after its step. Its release callbacks run then; no sink call follows.
+// - Admission: at most max_sessions open sessions, KV reservations within
+//   kv_budget_bytes, and max_queued accepted turns that have not yet started;
+//   beyond either, RESOURCE_EXHAUSTED.
 //
 // Each worker owns one Executor (made by `make_executor` on its own thread).
-// Sink calls happen on worker threads with no scheduler lock held.
+// Sink calls and release callbacks happen with no scheduler lock held.
 #ifndef DECODED_ENGINE_SERVING_SCHEDULER_H_
 #define DECODED_ENGINE_SERVING_SCHEDULER_H_
 
@@ -29,11 +38,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/runtime.h"
 #include "engine/serving/engine.h"
+#include "engine/serving/heap_trimmer.h"
 #include "engine/serving/serving_model.h"
 #include "engine/serving/turn_runner.h"
 
@@ -50,9 +61,10 @@ struct SchedulerOptions {
   int max_sessions = 16;
   int max_queued = 64;
   int32_t context_length = 2048;  // KV capacity of each session
-  // Upper bound on the KV bytes all open sessions reserve (capacity, not
-  // live length); opening one more beyond it is RESOURCE_EXHAUSTED. 0: none.
+  // Upper bound on the KV bytes all sessions reserve (capacity, not live
+  // length); opening one more beyond it is RESOURCE_EXHAUSTED. 0: none.
   int64_t kv_budget_bytes = 0;
+  int max_unconsumed_events = 8;  // see EngineOptions
   std::function<std::unique_ptr<Executor>()> make_executor;
   std::function<void(bool prefill, double seconds)> on_step;  // may be empty
 };
@@ -62,28 +74,25 @@ class Scheduler {
   // Starts the workers. `model` must outlive the scheduler.
   Scheduler(const ServingModel* model, SchedulerOptions options);
   // Stops the workers after their current step; remaining sessions are
-  // destroyed without sink calls.
+  // destroyed without sink calls (their release callbacks do run).
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // RESOURCE_EXHAUSTED beyond max_sessions; NewContext errors pass through.
+  // RESOURCE_EXHAUSTED beyond max_sessions or the KV budget; UNAVAILABLE
+  // after BeginShutdown; NewContext errors pass through.
   absl::StatusOr<SessionId> Open();
 
-  // True until the session's first turn has been accepted (the Engine adds
-  // BOS only then). NOT_FOUND for an unknown session.
-  absl::StatusOr<bool> IsFresh(SessionId id) const;
-
-  // Validates and queues a turn; see Engine::SubmitTurn for the errors.
+  // Validates and queues a turn (BOS placed from the context's state); see
+  // Engine::SubmitTurn for the errors.
   absl::Status Submit(SessionId id, PreparedTurn turn, TurnSink* sink);
 
-  // See Engine::CancelTurn.
+  // See Engine::CancelTurn, CloseSession, EventsConsumed, BeginShutdown.
   absl::Status Cancel(SessionId id);
+  void Close(SessionId id, absl::AnyInvocable<void()> on_released = nullptr);
+  void EventsConsumed(SessionId id, int count);
+  void BeginShutdown();
 
-  // See Engine::CloseSession.
-  void Close(SessionId id);
-
-  // sessions_active, turns_queued, workers_busy.
   EngineStats Stats() const;
 
  private:
@@ -91,8 +100,18 @@ class Scheduler {
 
   void WorkerLoop();
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Pushes `s` to the back of the run queue.
-  void Enqueue(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `s` at the back when it has a step to run and is neither queued
+  // nor held by a worker.
+  void MaybeEnqueue(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks that `turn` fits `s`'s context, places BOS and makes it the
+  // running turn.
+  absl::Status StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a closing session that no worker holds out of the map.
+  std::unique_ptr<Session> TakeClosedLocked(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Destroys a session taken by TakeClosedLocked and runs its release
+  // callbacks (no lock held).
+  void Release(std::unique_ptr<Session> s) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServingModel* model_;
   const SchedulerOptions options_;
@@ -101,10 +120,14 @@ class Scheduler {
   absl::flat_hash_map<SessionId, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   std::deque<Session*> runnable_ ABSL_GUARDED_BY(mu_);
   SessionId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int open_ ABSL_GUARDED_BY(mu_) = 0;         // sessions not closing
   int not_started_ ABSL_GUARDED_BY(mu_) = 0;  // accepted turns before their first step
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t nonfinite_logits_turns_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
+  HeapTrimmer heap_trimmer_;  // gives freed session memory back to the OS
   std::vector<std::thread> workers_;
 };
 

@@ -10,7 +10,11 @@
 //
 // The last sampled token is never fed within its turn (generation ended), so
 // it is handed back as "carry": the session prepends it to its next turn's
-// prompt, keeping the KV cache equal to the full token history.
+// prompt, keeping the KV cache equal to the full token history. A turn that
+// ends before its prefill has fed the carry it was given hands it back too.
+//
+// Logits that are not finite (NaN, infinity: a broken model file or kernel)
+// are never sampled from: the turn ends with kError (INTERNAL).
 //
 // Not thread-safe: the scheduler runs one step of a session at a time.
 #ifndef DECODED_ENGINE_SERVING_TURN_RUNNER_H_
@@ -33,7 +37,10 @@ using Clock = std::chrono::steady_clock;
 
 // A validated turn with its input already tokenized.
 struct PreparedTurn {
-  std::vector<int32_t> prompt;  // the turn's own input tokens (non-empty)
+  std::vector<int32_t> prompt;  // the turn's own input tokens (non-empty), without a BOS the server adds
+  // >= 0: the model's BOS, prepended when the turn opens an empty context
+  // (unless the prompt already starts with it). -1: the prompt is used as is.
+  int32_t bos_id = -1;
   SamplingParams sampling;
   StoppingParams stopping;
   bool prompt_logprobs = false;
@@ -44,14 +51,16 @@ struct StepOutput {
   double seconds = 0;     // duration of the model call
   std::vector<TokenEvent> tokens;
   std::optional<TurnEnd> end;  // set when the turn ended with this step
+  bool nonfinite_logits = false;  // the step ended the turn because of NaN/inf logits
 };
 
 class TurnRunner {
  public:
-  // `carry`: tokens sampled by earlier turns and not yet in `cached_len`
-  // positions of the context; they are prefilled first and counted as prompt.
+  // `carry`: tokens sampled by earlier turns and not yet in the KV cache;
+  // they are prefilled first. `context_tokens`: the session's context when
+  // the turn begins (KV cache + carry). `turn.prompt` is final (BOS placed).
   TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector<int32_t> carry,
-             int32_t cached_len, Clock::time_point accepted);
+             int32_t context_tokens, Clock::time_point accepted);
   TurnRunner(const TurnRunner&) = delete;
   TurnRunner& operator=(const TurnRunner&) = delete;
 
@@ -61,21 +70,28 @@ class TurnRunner {
   // prompt does not stall their decoding for a whole large chunk.
   StepOutput Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk = kMaxPrefillChunk);
 
-  // Ends the turn with kCancelled (held-back text is dropped).
-  TurnEnd Cancel();
+  // Ends the turn before its next step with `reason` (kCancelled or
+  // kShutdown); held-back text is dropped.
+  TurnEnd End(FinishReason reason);
 
-  // Sampled tokens not in the KV cache once the turn has ended (0 or 1).
+  // Tokens of the context not in the KV cache once the turn has ended: the
+  // last sampled token, or the carry this turn was given if it never fed it.
   std::vector<int32_t> TakeCarry();
 
  private:
   void SampleAndEmit(absl::Span<const float> logits, DecodeContext& ctx, StepOutput& out);
+  // Ends the turn with kError: `status`, or INTERNAL for non-finite logits.
+  void EndWithError(absl::Status status, StepOutput& out);
+  // The prompt tokens (not carry) that have entered the context.
+  int32_t PromptTokensFed() const;
   TurnEnd MakeEnd(FinishReason reason);
 
   const ServingModel& model_;
   PreparedTurn turn_;
   std::vector<int32_t> prefill_;  // carry + prompt
+  size_t carry_size_ = 0;
   size_t prefill_pos_ = 0;
-  int32_t cached_at_start_ = 0;
+  int32_t context_at_start_ = 0;
   Sampler sampler_;
   StopMatcher stop_matcher_;
   std::unique_ptr<TextDecoder> text_;
@@ -93,6 +109,9 @@ class TurnRunner {
 
 // log softmax(logits)[id], accumulated in double. `logits` is one [vocab] row.
 float LogSoftmaxAt(absl::Span<const float> logits, int32_t id);
+
+// True when every value is finite (no NaN, no infinity).
+bool AllFinite(absl::Span<const float> values);
 
 }  // namespace decoded::serving
 

@@ -370,6 +370,7 @@ absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, boo
 int32_t Tokenizer::vocab_size() const { return impl_->size(); }
 int32_t Tokenizer::bos_id() const { return impl_->vocab.bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->vocab.eos_id; }
+int32_t Tokenizer::prompt_bos_id() const { return impl_->vocab.add_bos ? impl_->vocab.bos_id : -1; }
 const std::vector<int32_t>& Tokenizer::end_of_generation_ids() const { return impl_->end_of_generation; }
 
 bool Tokenizer::IsEndOfGeneration(int32_t id) const {

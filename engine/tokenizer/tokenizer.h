@@ -113,6 +113,10 @@ class Tokenizer {
   int32_t vocab_size() const;
   int32_t bos_id() const;
   int32_t eos_id() const;
+  // The token a prompt opening an empty context starts with: bos_id() when
+  // the model asks for one (tokenizer.ggml.add_bos_token), else -1. This is
+  // the BOS that Encode(..., add_bos=true, ...) prepends.
+  int32_t prompt_bos_id() const;
   // Ids that end generation: EOS, <end_of_turn>/<eot> when the vocabulary has them.
   const std::vector<int32_t>& end_of_generation_ids() const;
   bool IsEndOfGeneration(int32_t id) const;

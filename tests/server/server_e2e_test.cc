@@ -280,7 +280,9 @@ TEST_F(ServerE2eTest, SecondTurnContinuesTheContext) {
   ASSERT_TRUE(t2.ended);
   stream->WritesDone();
   ASSERT_TRUE(stream->Finish().ok());
-  EXPECT_EQ(t2.end.usage().cached_tokens(), t1.end.usage().prompt_tokens() + 4);
+  // Turn 1's prompt and its 5 tokens are the context turn 2 continues.
+  EXPECT_EQ(t2.end.usage().cached_tokens(), t1.end.usage().prompt_tokens() + 5);
+  EXPECT_EQ(t2.end.usage().cached_tokens(), t1.end.usage().context_tokens());
 
   // Reference: one turn over prompt A (with BOS) + turn 1's tokens + prompt B.
   std::vector<int32_t> all = Tokenize(a, true);

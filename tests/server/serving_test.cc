@@ -42,6 +42,8 @@ struct FakeWorld {
   std::atomic<int> destroyed{0};
   std::atomic<int> next_tag{0};
   absl::Duration step_sleep = absl::ZeroDuration();
+  // When >= 0: the logits row of the token at this context position is NaN.
+  std::atomic<int> nan_at_position{-1};
 
   void Pause() {
     absl::MutexLock l(&mu);
@@ -127,6 +129,7 @@ class FakeContext final : public DecodeContext {
     const size_t base = logits_.size();
     logits_.resize(base + kVocab, 0.0f);
     logits_[base + (token + 1) % kVocab] = kHot;
+    if (static_cast<int>(history_.size()) - 1 == world_->nan_at_position.load()) logits_[base + 3] = NAN;
   }
 
   FakeWorld* world_;
@@ -221,15 +224,41 @@ PreparedTurn Turn(std::vector<int32_t> prompt, int max_new_tokens) {
   return t;
 }
 
+constexpr int32_t kBos = 30;  // the fake's BOS for text-like turns
+
+// A text-like turn: the scheduler places BOS from the context's state.
+PreparedTurn TextLikeTurn(std::vector<int32_t> prompt, int max_new_tokens) {
+  PreparedTurn t = Turn(std::move(prompt), max_new_tokens);
+  t.bos_id = kBos;
+  return t;
+}
+
+// A sink that consumes its events as they arrive, like a reading client.
+class ConsumingSink : public RecordingSink {
+ public:
+  ConsumingSink(Scheduler* s, SessionId id) : sched_(s), id_(id) {}
+  void OnToken(const TokenEvent& e) override {
+    RecordingSink::OnToken(e);
+    sched_->EventsConsumed(id_, 1);
+  }
+
+ private:
+  Scheduler* sched_;
+  SessionId id_;
+};
+
 class SchedulerTest : public ::testing::Test {
  protected:
   std::unique_ptr<Scheduler> MakeScheduler(int workers, int max_sessions = 8, int max_queued = 8,
-                                           int32_t context_length = 64) {
+                                           int32_t context_length = 64, int max_unconsumed_events = 1 << 20) {
     SchedulerOptions o;
     o.workers = workers;
     o.max_sessions = max_sessions;
     o.max_queued = max_queued;
     o.context_length = context_length;
+    // Recording sinks never report consumed events; tests of backpressure
+    // set their own limit.
+    o.max_unconsumed_events = max_unconsumed_events;
     o.make_executor = [] { return std::make_unique<FakeExecutor>(); };
     return std::make_unique<Scheduler>(&model_, o);
   }
@@ -320,9 +349,12 @@ TEST_F(SchedulerTest, CancelMidTurnKeepsTheSessionUsable) {
   ASSERT_TRUE(second.WaitEnd());
   EXPECT_EQ(second.end().reason, FinishReason::kLength);
   EXPECT_EQ(second.ids(), (std::vector<int32_t>{8, 9}));
-  // The token sampled before the cancel is carried into the next turn.
-  EXPECT_EQ(second.end().usage.cached_tokens, 1);
-  EXPECT_EQ(second.end().usage.prompt_tokens, 2);
+  // The token sampled before the cancel is context already; the next turn
+  // feeds it first.
+  EXPECT_EQ(second.end().usage.cached_tokens, 2);
+  EXPECT_EQ(second.end().usage.prompt_tokens, 1);
+  EXPECT_EQ(second.end().usage.prefilled_tokens, 2);
+  EXPECT_EQ(second.end().usage.context_tokens, 5);
   EXPECT_EQ(model_.context(0)->history(), (std::vector<int32_t>{0, 1, 7, 8}));
 }
 
@@ -343,29 +375,48 @@ TEST_F(SchedulerTest, CloseDropsAQueuedTurnAndItsContext) {
   for (int tag : world_.Order()) EXPECT_EQ(tag, 0);
 }
 
-TEST_F(SchedulerTest, CloseWaitsForTheRunningStepThenDropsTheContext) {
-  auto sched = MakeScheduler(1);
+// Close runs on gRPC callback threads: it must never wait for a step, and a
+// closed session must stop counting against admission at once.
+TEST_F(SchedulerTest, CloseReturnsAtOnceAndReleasesAfterTheRunningStep) {
+  auto sched = MakeScheduler(1, /*max_sessions=*/1);
   SessionId a = *sched->Open();
   RecordingSink sa;
   world_.Pause();
   ASSERT_TRUE(sched->Submit(a, Turn({0}, 50), &sa).ok());
   world_.WaitStepsStarted(1);
-  std::atomic<bool> closed{false};
-  std::thread closer([&] {
-    sched->Close(a);
-    closed = true;
+  absl::Notification released;
+  int calls_at_release = -1;
+  sched->Close(a, [&] {
+    calls_at_release = sa.calls();
+    released.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_FALSE(closed.load()) << "Close returned while a step was running";
+  // Returned with the step still running; the slot is free already.
+  EXPECT_FALSE(released.HasBeenNotified());
   EXPECT_EQ(world_.destroyed.load(), 0);
-  world_.Resume();
-  closer.join();
-  EXPECT_EQ(world_.destroyed.load(), 1);
-  const int calls = sa.calls();
-  absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_EQ(sa.calls(), calls) << "sink called after Close returned";
-  EXPECT_LE(calls, 1);  // at most the token of the step that was running
   EXPECT_EQ(sched->Stats().sessions_active, 0);
+  absl::StatusOr<SessionId> b = sched->Open();
+  EXPECT_TRUE(b.ok()) << b.status();
+  world_.Resume();
+  ASSERT_TRUE(released.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(world_.destroyed.load(), 1);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(sa.calls(), calls_at_release) << "sink called after the session's release";
+  EXPECT_LE(calls_at_release, 1);  // at most the token of the step that was running
+  // The closed session's turn was never stepped again.
+  for (int tag : world_.Order()) EXPECT_EQ(tag, 0);
+  EXPECT_EQ(world_.Order().size(), 1u);
+}
+
+TEST_F(SchedulerTest, ReleaseOfAnIdleOrUnknownSessionRunsAtOnce) {
+  auto sched = MakeScheduler(1);
+  SessionId a = *sched->Open();
+  bool released = false;
+  sched->Close(a, [&] { released = true; });
+  EXPECT_TRUE(released);
+  EXPECT_EQ(world_.destroyed.load(), 1);
+  bool again = false;
+  sched->Close(a, [&] { again = true; });
+  EXPECT_TRUE(again);
 }
 
 // The age of a running step is what health watches for a wedged worker loop.
@@ -381,7 +432,9 @@ TEST_F(SchedulerTest, StatsReportTheAgeOfTheRunningStep) {
   EXPECT_GE(sched->Stats().longest_running_step_seconds, 0.1);
   world_.Resume();
   ASSERT_TRUE(sa.WaitEnd());
-  sched->Close(a);
+  absl::Notification released;
+  sched->Close(a, [&] { released.Notify(); });
+  ASSERT_TRUE(released.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(sched->Stats().longest_running_step_seconds, 0);
 }
 
@@ -538,10 +591,11 @@ TEST_F(SchedulerTest, FullContextEndsTheTurn) {
   RecordingSink sink;
   ASSERT_TRUE(sched->Submit(a, Turn({0, 1}, 10), &sink).ok());
   ASSERT_TRUE(sink.WaitEnd());
-  // Two prompt tokens + two fed generated tokens fill 4 positions; the third
-  // sampled token has no room.
+  // Two prompt tokens, one fed generated token and the last sampled one (fed
+  // at the next turn's start) fill the 4 positions.
   EXPECT_EQ(sink.end().reason, FinishReason::kContextFull);
-  EXPECT_EQ(sink.ids(), (std::vector<int32_t>{2, 3, 4}));
+  EXPECT_EQ(sink.ids(), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(sink.end().usage.context_tokens, 4);
   RecordingSink more;
   EXPECT_EQ(sched->Submit(a, Turn({0}, 1), &more).code(), absl::StatusCode::kInvalidArgument);
 }
@@ -585,6 +639,246 @@ TEST_F(SchedulerTest, PenaltiesSeeThePrompt) {
   ASSERT_TRUE(sink.WaitEnd());
   ASSERT_EQ(sink.ids().size(), 1u);
   EXPECT_NE(sink.ids()[0], 2);
+}
+
+// BOS belongs to the start of the context, so whether a turn gets one
+// follows from the context, not from whether an earlier turn was accepted:
+// a first turn cancelled while queued leaves the context empty.
+TEST_F(SchedulerTest, BosFollowsTheContextAfterACancelAtEveryPhase) {
+  auto sched = MakeScheduler(1, 8, 8, /*context_length=*/1024);
+  // Cancelled while queued: nothing entered the context.
+  {
+    SessionId busy = *sched->Open(), a = *sched->Open();
+    RecordingSink sb, first, second;
+    world_.Pause();
+    ASSERT_TRUE(sched->Submit(busy, Turn({1}, 2), &sb).ok());
+    world_.WaitStepsStarted(1);
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn({5, 6}, 3), &first).ok());
+    ASSERT_TRUE(sched->Cancel(a).ok());
+    world_.Resume();
+    ASSERT_TRUE(first.WaitEnd() && sb.WaitEnd());
+    EXPECT_EQ(first.end().usage.context_tokens, 0);
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn({7, 8}, 1), &second).ok());
+    ASSERT_TRUE(second.WaitEnd());
+    EXPECT_EQ(model_.context(1)->history(), (std::vector<int32_t>{kBos, 7, 8}));
+    EXPECT_EQ(second.end().usage.prompt_tokens, 3);
+  }
+  // Cancelled during prefill: the first chunk (with its BOS) is context, the
+  // next turn continues it without another BOS.
+  {
+    SessionId a = *sched->Open();
+    std::vector<int32_t> long_prompt(kMaxPrefillChunk + 10, 4);
+    RecordingSink first, second;
+    world_.Pause();
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn(long_prompt, 3), &first).ok());
+    const int started = [&] {
+      absl::MutexLock l(&world_.mu);
+      return world_.steps_started;
+    }();
+    world_.WaitStepsStarted(started + 1);  // the first chunk's step
+    ASSERT_TRUE(sched->Cancel(a).ok());
+    world_.Resume();
+    ASSERT_TRUE(first.WaitEnd());
+    EXPECT_EQ(first.end().reason, FinishReason::kCancelled);
+    const int32_t kept = first.end().usage.context_tokens;
+    EXPECT_EQ(kept, kMaxPrefillChunk);
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn({9}, 1), &second).ok());
+    ASSERT_TRUE(second.WaitEnd());
+    std::vector<int32_t> expected = {kBos};
+    expected.insert(expected.end(), long_prompt.begin(), long_prompt.begin() + kept - 1);
+    expected.push_back(9);
+    EXPECT_EQ(model_.context(2)->history(), expected);
+    EXPECT_EQ(second.end().usage.cached_tokens, kept);
+  }
+  // Cancelled during decode: the context has BOS, prompt and generated tokens.
+  {
+    SessionId a = *sched->Open();
+    CancelOnFirstToken first(sched.get(), a);
+    RecordingSink second;
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn({2}, 10), &first).ok());
+    ASSERT_TRUE(first.WaitEnd());
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn({9}, 1), &second).ok());
+    ASSERT_TRUE(second.WaitEnd());
+    EXPECT_EQ(model_.context(3)->history(), (std::vector<int32_t>{kBos, 2, 3, 9}));
+  }
+}
+
+// The token sampled last by a turn is context; a turn cancelled before its
+// first step must hand it on, not drop it.
+TEST_F(SchedulerTest, CarryTokenSurvivesATurnCancelledBeforeItsFirstStep) {
+  auto sched = MakeScheduler(1);
+  SessionId busy = *sched->Open(), a = *sched->Open();
+  RecordingSink t1, sb, t2, t3;
+  ASSERT_TRUE(sched->Submit(a, Turn({0}, 2), &t1).ok());  // samples 1, 2; 2 is not fed
+  ASSERT_TRUE(t1.WaitEnd());
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(busy, Turn({20}, 2), &sb).ok());
+  world_.WaitStepsStarted(2);
+  ASSERT_TRUE(sched->Submit(a, Turn({7}, 2), &t2).ok());
+  ASSERT_TRUE(sched->Cancel(a).ok());
+  world_.Resume();
+  ASSERT_TRUE(t2.WaitEnd() && sb.WaitEnd());
+  EXPECT_EQ(t2.end().usage.context_tokens, 3);
+  ASSERT_TRUE(sched->Submit(a, Turn({9}, 1), &t3).ok());
+  ASSERT_TRUE(t3.WaitEnd());
+  EXPECT_EQ(model_.context(1)->history(), (std::vector<int32_t>{0, 1, 2, 9}));
+  EXPECT_EQ(t3.end().usage.cached_tokens, 3);
+  EXPECT_EQ(t3.end().usage.prefilled_tokens, 2);
+}
+
+// Usage adds up: each turn's context = cached + prompt + generated, the next
+// turn's cached is this turn's context, and the last context is the sum of
+// all prompts and generated tokens, which is what the KV cache plus the
+// pending token hold.
+TEST_F(SchedulerTest, UsageAddsUpOverTurns) {
+  auto sched = MakeScheduler(1, 8, 8, /*context_length=*/256);
+  SessionId a = *sched->Open();
+  struct Spec {
+    std::vector<int32_t> prompt;
+    int max_new_tokens;
+  };
+  const std::vector<Spec> turns = {{{1, 2, 3}, 4}, {{5}, 0}, {{6, 7}, 1}, {{28}, 10}, {{8, 9, 10, 11}, 2}};
+  int32_t sum = 0, previous_context = 0;
+  for (const Spec& spec : turns) {
+    RecordingSink sink;
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn(spec.prompt, spec.max_new_tokens), &sink).ok());
+    ASSERT_TRUE(sink.WaitEnd());
+    const TurnUsage u = sink.end().usage;
+    EXPECT_EQ(u.cached_tokens, previous_context);
+    EXPECT_EQ(u.context_tokens, u.cached_tokens + u.prompt_tokens + u.generated_tokens);
+    EXPECT_EQ(u.generated_tokens, static_cast<int32_t>(sink.ids().size()));
+    sum += u.prompt_tokens + u.generated_tokens;
+    previous_context = u.context_tokens;
+  }
+  EXPECT_EQ(previous_context, sum);
+  // 3+1 (BOS) + 4 generated, 1, 2 + 1, 1 + 3 (29 30 31=EOG), 4 + 2.
+  EXPECT_EQ(sum, 4 + 4 + 1 + 2 + 1 + 1 + 3 + 4 + 2);
+  const int32_t in_kv = static_cast<int32_t>(model_.context(0)->history().size());
+  EXPECT_EQ(in_kv + 1, sum);  // the last sampled token waits for the next turn
+  // Exactly the room the context reports is accepted.
+  RecordingSink fill, over;
+  EXPECT_EQ(sched->Submit(a, Turn(std::vector<int32_t>(256 - sum + 1, 1), 0), &over).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(sched->Submit(a, Turn(std::vector<int32_t>(256 - sum, 1), 0), &fill).ok());
+  ASSERT_TRUE(fill.WaitEnd());
+  EXPECT_EQ(fill.end().usage.context_tokens, 256);
+  EXPECT_EQ(model_.context(0)->history().size(), 256u);
+}
+
+TEST_F(SchedulerTest, TurnSubmittedAfterACancelStartsWhenTheCancelledTurnEnds) {
+  auto sched = MakeScheduler(1, 8, 8, /*context_length=*/16);
+  SessionId a = *sched->Open();
+  RecordingSink first, second;
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(a, Turn({0}, 10), &first).ok());
+  world_.WaitStepsStarted(1);
+  ASSERT_TRUE(sched->Cancel(a).ok());
+  ASSERT_TRUE(sched->Submit(a, Turn({7}, 2), &second).ok());
+  RecordingSink third;
+  EXPECT_EQ(sched->Submit(a, Turn({7}, 2), &third).code(), absl::StatusCode::kFailedPrecondition);
+  world_.Resume();
+  ASSERT_TRUE(first.WaitEnd() && second.WaitEnd());
+  EXPECT_EQ(first.end().reason, FinishReason::kCancelled);
+  EXPECT_EQ(second.end().reason, FinishReason::kLength);
+  EXPECT_EQ(second.ids(), (std::vector<int32_t>{8, 9}));
+  EXPECT_EQ(model_.context(0)->history(), (std::vector<int32_t>{0, 1, 7, 8}));
+
+  // A held turn that no longer fits when it is due is refused through its sink.
+  CancelOnFirstToken fourth(sched.get(), a);
+  RecordingSink too_long;
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(a, Turn({0}, 10), &fourth).ok());
+  const int before = world_.Order().size();
+  world_.WaitStepsStarted(before);
+  ASSERT_TRUE(sched->Cancel(a).ok());
+  ASSERT_TRUE(sched->Submit(a, Turn(std::vector<int32_t>(12, 1), 2), &too_long).ok());
+  world_.Resume();
+  ASSERT_TRUE(too_long.WaitEnd());
+  EXPECT_EQ(too_long.end().reason, FinishReason::kError);
+  EXPECT_EQ(too_long.end().error.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A client that does not read gets at most max_unconsumed_events events
+// ahead; its session is then not stepped and its worker time goes to others.
+TEST_F(SchedulerTest, SessionWithoutCreditWaitsForItsClient) {
+  auto sched = MakeScheduler(1, 8, 8, 256, /*max_unconsumed_events=*/3);
+  SessionId slow = *sched->Open(), fast = *sched->Open();
+  RecordingSink slow_sink;  // never consumes
+  ConsumingSink fast_sink(sched.get(), fast);
+  PreparedTurn long_turn = Turn({10}, 40);
+  long_turn.stopping.ignore_eos = true;
+  ASSERT_TRUE(sched->Submit(slow, Turn({0}, 100), &slow_sink).ok());
+  ASSERT_TRUE(sched->Submit(fast, long_turn, &fast_sink).ok());
+  ASSERT_TRUE(fast_sink.WaitEnd());
+  EXPECT_EQ(fast_sink.ids().size(), 40u);
+  EXPECT_EQ(slow_sink.ids().size(), 3u);
+  EXPECT_EQ(sched->Stats().sessions_waiting_for_client, 1);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(slow_sink.ids().size(), 3u);
+  // Two consumed events buy two more steps.
+  sched->EventsConsumed(slow, 2);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (slow_sink.ids().size() < 5u && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(slow_sink.ids().size(), 5u);
+  // A cancel ends a turn that waits for its client.
+  ASSERT_TRUE(sched->Cancel(slow).ok());
+  ASSERT_TRUE(slow_sink.WaitEnd());
+  EXPECT_EQ(slow_sink.end().reason, FinishReason::kCancelled);
+  EXPECT_EQ(sched->Stats().sessions_waiting_for_client, 0);
+}
+
+TEST_F(SchedulerTest, BeginShutdownEndsEveryTurnWithShutdown) {
+  auto sched = MakeScheduler(1, 8, 8, 256, /*max_unconsumed_events=*/2);
+  SessionId running = *sched->Open(), queued = *sched->Open(), parked = *sched->Open();
+  RecordingSink parked_sink;
+  ASSERT_TRUE(sched->Submit(parked, Turn({0}, 100), &parked_sink).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (sched->Stats().sessions_waiting_for_client == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(sched->Stats().sessions_waiting_for_client, 1);
+  ConsumingSink running_sink(sched.get(), running), queued_sink(sched.get(), queued);
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(running, Turn({0}, 100), &running_sink).ok());
+  world_.WaitStepsStarted(3);
+  ASSERT_TRUE(sched->Submit(queued, Turn({0}, 100), &queued_sink).ok());
+  sched->BeginShutdown();
+  world_.Resume();
+  for (RecordingSink* sink : std::vector<RecordingSink*>{&parked_sink, &running_sink, &queued_sink}) {
+    ASSERT_TRUE(sink->WaitEnd());
+    EXPECT_EQ(sink->end().reason, FinishReason::kShutdown);
+  }
+  EXPECT_EQ(queued_sink.ids().size(), 0u);
+  EXPECT_LE(running_sink.ids().size(), 1u);  // at most the step that was running
+  RecordingSink late;
+  EXPECT_EQ(sched->Submit(running, Turn({0}, 1), &late).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sched->Open().status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Logits with a NaN are never sampled from: the turn ends with INTERNAL and
+// the count of such turns rises.
+TEST_F(SchedulerTest, NonFiniteLogitsEndTheTurnWithAnError) {
+  auto sched = MakeScheduler(1);
+  SessionId a = *sched->Open();
+  world_.nan_at_position = 3;  // prompt 0 1, decode 2, decode 3 -> NaN row
+  RecordingSink sink;
+  ASSERT_TRUE(sched->Submit(a, Turn({0, 1}, 10), &sink).ok());
+  ASSERT_TRUE(sink.WaitEnd());
+  EXPECT_EQ(sink.end().reason, FinishReason::kError);
+  EXPECT_EQ(sink.end().error.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(sink.end().error.message().find("non-finite"), std::string::npos) << sink.end().error;
+  EXPECT_EQ(sink.ids(), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(sched->Stats().nonfinite_logits_turns, 1);
+  // The same for the row a prefill samples from.
+  SessionId b = *sched->Open();
+  world_.nan_at_position = 1;
+  RecordingSink prefill_sink;
+  ASSERT_TRUE(sched->Submit(b, Turn({0, 1}, 10), &prefill_sink).ok());
+  ASSERT_TRUE(prefill_sink.WaitEnd());
+  EXPECT_EQ(prefill_sink.end().reason, FinishReason::kError);
+  EXPECT_TRUE(prefill_sink.ids().empty());
+  EXPECT_EQ(sched->Stats().nonfinite_logits_turns, 2);
 }
 
 }  // namespace
