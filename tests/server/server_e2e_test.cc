@@ -5,11 +5,6 @@
 // Expected outputs come from independent runs of the same server (a solo
 // stream, a single turn over the concatenated tokens), never from the run
 // under test itself.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,11 +17,11 @@
 #include "engine/serving/engine.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/client_unary_call.h"
 #include "gtest/gtest.h"
 #include "proto/decoded.grpc.pb.h"
 #include "server/server.h"
 #include "tests/common/model_path.h"
+#include "tests/server/e2e_support.h"
 
 namespace decoded::server {
 namespace {
@@ -34,89 +29,13 @@ namespace {
 constexpr int kMaxSessions = 6;
 constexpr int kContext = 512;
 
-// grpc.health.v1.HealthCheckResponse.ServingStatus, read from the raw reply
-// (field 1, varint): 1 SERVING, 2 NOT_SERVING. The request (empty service
-// name) encodes as zero bytes.
-int HealthStatus(grpc::Channel* channel) {
-  grpc::ClientContext ctx;
-  grpc::ByteBuffer request, response;
-  grpc::Slice empty("", 0);
-  request = grpc::ByteBuffer(&empty, 1);
-  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      channel, grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
-      &ctx, request, &response);
-  if (!s.ok()) return -1;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return -1;
-  std::string bytes;
-  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
-  return 0;  // UNKNOWN (field absent)
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return "";
-  }
-  std::string body;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
-  close(fd);
-  return body;
-}
-
-struct TurnResult {
-  std::vector<int32_t> ids;
-  std::string text;
-  v1::TurnEnd end;
-  bool ended = false;
-};
-
-using Stream = grpc::ClientReaderWriter<v1::GenerateRequest, v1::GenerateResponse>;
-
-// Reads one turn's events; stops at TurnEnd or a broken stream.
-TurnResult ReadTurn(Stream* stream) {
-  TurnResult r;
-  v1::GenerateResponse resp;
-  while (stream->Read(&resp)) {
-    if (resp.has_token()) {
-      r.ids.push_back(resp.token().id());
-      r.text += resp.token().text();
-    } else if (resp.has_turn_end()) {
-      r.end = resp.turn_end();
-      r.ended = true;
-      break;
-    }
-  }
-  return r;
-}
-
-v1::GenerateRequest TextTurn(const std::string& text, int max_new_tokens, bool ignore_eos = true) {
-  v1::GenerateRequest req;
-  req.mutable_turn()->set_text(text);
-  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
-  req.mutable_turn()->mutable_stopping()->set_ignore_eos(ignore_eos);
-  return req;
-}
-
-v1::GenerateRequest TokensTurn(const std::vector<int32_t>& ids, int max_new_tokens) {
-  v1::GenerateRequest req;
-  req.mutable_turn()->mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
-  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
-  req.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
-  return req;
-}
+using e2e::HealthStatus;
+using e2e::HttpGet;
+using e2e::ReadTurn;
+using e2e::Stream;
+using e2e::TextTurn;
+using e2e::TokensTurn;
+using e2e::TurnResult;
 
 class ServerE2eTest : public ::testing::Test {
  protected:

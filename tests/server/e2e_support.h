@@ -1,0 +1,153 @@
+// Helpers of the end-to-end tests: a real server in-process on a free
+// loopback port, raw health and /metrics reads, and turn builders/readers.
+#ifndef DECODED_TESTS_SERVER_E2E_SUPPORT_H_
+#define DECODED_TESTS_SERVER_E2E_SUPPORT_H_
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "engine/serving/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "proto/decoded.grpc.pb.h"
+#include "server/server.h"
+
+namespace decoded::server::e2e {
+
+// grpc.health.v1.HealthCheckResponse.ServingStatus, read from the raw reply
+// (field 1, varint): 1 SERVING, 2 NOT_SERVING; -1 when the call fails. The
+// request (empty service name) encodes as zero bytes.
+inline int HealthStatus(grpc::Channel* channel) {
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("", 0);
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel, grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, request, &response);
+  if (!s.ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
+  return 0;  // UNKNOWN (field absent)
+}
+
+// The body of an HTTP/1.0 GET on loopback ("" when the connection fails).
+inline std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
+  close(fd);
+  return body;
+}
+
+// The value of the sample `series` (name with labels, exactly as exposed,
+// e.g. decoded_sessions_total{outcome="error"}) in a Prometheus text
+// exposition; -1 when absent.
+inline double MetricValue(const std::string& body, const std::string& series) {
+  const std::string key = "\n" + series + " ";
+  const size_t at = body.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(body.c_str() + at + key.size(), nullptr);
+}
+
+struct TurnResult {
+  std::vector<int32_t> ids;
+  std::vector<v1::TokenEvent> events;
+  std::string text;
+  v1::TurnEnd end;
+  bool ended = false;
+};
+
+using Stream = grpc::ClientReaderWriter<v1::GenerateRequest, v1::GenerateResponse>;
+
+// Reads one turn's events; stops at TurnEnd or a broken stream.
+inline TurnResult ReadTurn(Stream* stream) {
+  TurnResult r;
+  v1::GenerateResponse resp;
+  while (stream->Read(&resp)) {
+    if (resp.has_token()) {
+      r.ids.push_back(resp.token().id());
+      r.text += resp.token().text();
+      r.events.push_back(resp.token());
+    } else if (resp.has_turn_end()) {
+      r.end = resp.turn_end();
+      r.ended = true;
+      break;
+    }
+  }
+  return r;
+}
+
+inline v1::GenerateRequest TextTurn(const std::string& text, int max_new_tokens, bool ignore_eos = true) {
+  v1::GenerateRequest req;
+  req.mutable_turn()->set_text(text);
+  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
+  req.mutable_turn()->mutable_stopping()->set_ignore_eos(ignore_eos);
+  return req;
+}
+
+inline v1::GenerateRequest TokensTurn(const std::vector<int32_t>& ids, int max_new_tokens) {
+  v1::GenerateRequest req;
+  req.mutable_turn()->mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
+  req.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+  return req;
+}
+
+inline v1::GenerateRequest CancelRequest() {
+  v1::GenerateRequest req;
+  req.mutable_cancel();
+  return req;
+}
+
+// A server with /metrics on free loopback ports, serving `engine_options`
+// (its on_step feeds the server's metrics).
+inline absl::StatusOr<std::unique_ptr<DecodedServer>> StartServer(serving::EngineOptions engine_options) {
+  ServerOptions so;
+  so.listen = "127.0.0.1:0";
+  so.metrics_listen = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<DecodedServer>> server = DecodedServer::Start(so);
+  if (!server.ok()) return server.status();
+  ServerMetrics* metrics = &(*server)->metrics();
+  engine_options.on_step = [metrics](bool prefill, double seconds) { metrics->Step(prefill, seconds); };
+  absl::StatusOr<std::unique_ptr<serving::Engine>> engine = serving::Engine::Create(engine_options);
+  if (!engine.ok()) return engine.status();
+  (*server)->AttachEngine(*std::move(engine));
+  return server;
+}
+
+inline std::shared_ptr<grpc::Channel> ChannelTo(const DecodedServer& server,
+                                                const grpc::ChannelArguments& args = grpc::ChannelArguments()) {
+  return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+}  // namespace decoded::server::e2e
+
+#endif  // DECODED_TESTS_SERVER_E2E_SUPPORT_H_
