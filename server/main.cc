@@ -113,8 +113,9 @@ int main(int argc, char** argv) {
     std::cerr << "decoded: " << server.status() << "\n";
     return 1;
   }
-  std::cerr << "decoded: listening on port " << (*server)->port() << ", loading "
-            << absl::GetFlag(FLAGS_model) << "\n";
+  std::cerr << "decoded: listening on port " << (*server)->port();
+  if ((*server)->metrics_port() > 0) std::cerr << ", metrics on port " << (*server)->metrics_port();
+  std::cerr << ", loading " << absl::GetFlag(FLAGS_model) << "\n";
 
   decoded::serving::EngineOptions engine_options;
   engine_options.model_path = absl::GetFlag(FLAGS_model);

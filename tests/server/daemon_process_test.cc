@@ -1,0 +1,354 @@
+// The decoded binary as a process: how it stops on SIGTERM/SIGINT (exit
+// status, final events, time within --drain_seconds, open health Watch
+// calls) and what an abort storm does to its resident memory and its
+// session outcome counts. Runs the built daemon on the real model, on ports
+// it picks itself (it logs them).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "gtest/gtest.h"
+#include "proto/decoded.grpc.pb.h"
+#include "tests/common/model_path.h"
+#include "tests/server/e2e_support.h"
+
+extern char** environ;
+
+namespace decoded::server {
+namespace {
+
+using e2e::HealthStatus;
+using e2e::HttpGet;
+using e2e::MetricValue;
+using e2e::ReadTurn;
+using e2e::TextTurn;
+using e2e::TurnResult;
+
+// One daemon process; killed (SIGKILL) if a test leaves it running.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> flags) {
+    log_path_ = ::testing::TempDir() + "decoded_" + std::to_string(getpid()) + "_" + std::to_string(++count_) + ".log";
+    std::vector<std::string> args = {DECODED_DAEMON_PATH, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                                     "--workers=1", "--threads=1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Daemon() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  std::string Log() const {
+    std::ifstream in(log_path_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  // Waits for the log line with the ports; false on timeout or exit.
+  bool WaitListening(absl::Duration timeout) {
+    const std::regex re("listening on port ([0-9]+), metrics on port ([0-9]+)");
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline && pid_ > 0) {
+      std::smatch m;
+      const std::string log = Log();
+      if (std::regex_search(log, m, re)) {
+        port_ = std::stoi(m[1]);
+        metrics_port_ = std::stoi(m[2]);
+        channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials());
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+  bool WaitServing(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    if (!WaitListening(timeout)) return false;
+    while (absl::Now() < deadline) {
+      if (HealthStatus(channel_.get()) == 1) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  void Signal(int sig) {
+    signalled_at_ = absl::Now();
+    kill(pid_, sig);
+  }
+  // The exit status (or 128 + signal), -1 on timeout.
+  int WaitExit(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        exit_time_ = absl::Now() - signalled_at_;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return -1;
+  }
+  // From Signal() to the process's exit.
+  absl::Duration exit_time() const { return exit_time_; }
+
+  // Resident set size, bytes (VmRSS of /proc/PID/status).
+  int64_t Rss() const {
+    std::ifstream in(absl::StrCat("/proc/", pid_, "/status"));
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    }
+    return -1;
+  }
+
+  std::string Metrics() const { return HttpGet(metrics_port_, "/metrics"); }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+
+ private:
+  static inline int count_ = 0;
+  std::string log_path_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  absl::Time signalled_at_;
+  absl::Duration exit_time_;
+};
+
+std::vector<std::string> ModelFlags(std::vector<std::string> more = {}) {
+  std::vector<std::string> flags = {"--model=" + decoded::testing::RealModelPath(), "--context_length=512"};
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
+// A grpc.health.v1.Health/Watch call (empty service name) read on its own
+// thread: the statuses it delivered and whether the server ended it.
+class HealthWatch {
+ public:
+  explicit HealthWatch(std::shared_ptr<grpc::Channel> channel) {
+    thread_ = std::thread([this, channel] {
+      grpc::Slice empty("", 0);
+      grpc::ByteBuffer request(&empty, 1);
+      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+              channel.get(),
+              grpc::internal::RpcMethod("/grpc.health.v1.Health/Watch", grpc::internal::RpcMethod::SERVER_STREAMING),
+              &ctx_, request));
+      grpc::ByteBuffer response;
+      while (reader->Read(&response)) {
+        std::vector<grpc::Slice> slices;
+        (void)response.Dump(&slices);
+        std::string bytes;
+        for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        absl::MutexLock lock(&mu_);
+        statuses_.push_back(bytes.size() == 2 ? bytes[1] : 0);
+      }
+      grpc::Status status = reader->Finish();
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      end_status_ = status;
+    });
+  }
+  ~HealthWatch() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  bool WaitFirst(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(+[](std::vector<int>* s) { return !s->empty(); }, &statuses_),
+                                timeout);
+  }
+  bool WaitEnded(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&ended_), timeout);
+  }
+  std::vector<int> statuses() {
+    absl::MutexLock lock(&mu_);
+    return statuses_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  absl::Mutex mu_;
+  std::vector<int> statuses_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// SIGTERM during a long turn: the turn ends with SHUTDOWN (then UNAVAILABLE),
+// health watchers see NOT_SERVING and their Watch ends, and the process exits
+// 0 within --drain_seconds.
+TEST(DaemonProcessTest, SigtermCutsARunningTurnAndExitsZeroWithinTheDrainPeriod) {
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(ModelFlags({"--drain_seconds=2"}));
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  HealthWatch watch(daemon.channel());
+  ASSERT_TRUE(watch.WaitFirst(absl::Seconds(5)));
+  auto stub = v1::Decoder::NewStub(daemon.channel());
+  grpc::ClientContext ctx;
+  auto stream = stub->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("Count to one thousand:", 480)));
+  v1::GenerateResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+
+  daemon.Signal(SIGTERM);
+  TurnResult cut = ReadTurn(stream.get());
+  ASSERT_TRUE(cut.ended) << daemon.Log();
+  EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
+  EXPECT_LE(daemon.exit_time(), absl::Seconds(2) + absl::Milliseconds(300));
+  EXPECT_GE(daemon.exit_time(), absl::Seconds(1)) << "the turn was cut long before the drain period's end";
+  ASSERT_TRUE(watch.WaitEnded(absl::Seconds(1)));
+  const std::vector<int> statuses = watch.statuses();
+  ASSERT_GE(statuses.size(), 2u);
+  EXPECT_EQ(statuses.front(), 1);  // SERVING
+  EXPECT_EQ(statuses.back(), 2);   // NOT_SERVING before the Watch ended
+}
+
+// Load balancers keep a Watch open: it must not hold an idle daemon's exit
+// for the drain period.
+TEST(DaemonProcessTest, OpenHealthWatchDoesNotDelayAnIdleDaemonsExit) {
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(ModelFlags({"--drain_seconds=10"}));
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  HealthWatch watch(daemon.channel());
+  ASSERT_TRUE(watch.WaitFirst(absl::Seconds(5)));
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 0) << daemon.Log();
+  EXPECT_LT(daemon.exit_time(), absl::Milliseconds(1000));
+  EXPECT_TRUE(watch.WaitEnded(absl::Seconds(1)));
+}
+
+// A signal while the model loads exits the same way as one while serving.
+TEST(DaemonProcessTest, SignalDuringModelLoadExitsZero) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    // Opening a FIFO for reading blocks until a writer comes: the load hangs.
+    const std::string fifo = ::testing::TempDir() + "decoded_fifo_" + std::to_string(getpid()) + ".gguf";
+    unlink(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    Daemon daemon({"--model=" + fifo});
+    ASSERT_TRUE(daemon.WaitListening(absl::Seconds(10))) << daemon.Log();
+    absl::SleepFor(absl::Milliseconds(100));
+    daemon.Signal(sig);
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(5)), 0) << "signal " << sig << "\n" << daemon.Log();
+    unlink(fifo.c_str());
+  }
+}
+
+// 1,000 streams aborted at random phases (before their turn, while queued,
+// during prefill, during decode): the daemon gives freed memory back, every
+// gauge returns to 0 and every session counts as client_gone.
+TEST(DaemonProcessTest, AbortStormLeavesMemoryAndGaugesWhereTheyWere) {
+  DECODED_REQUIRE_REAL_MODEL();
+  // The default context length (2048), and as many concurrent streams as
+  // sessions are allowed, as a busy server sees.
+  constexpr int kClients = 16;
+  Daemon daemon({"--model=" + decoded::testing::RealModelPath(), "--max_sessions=16", "--workers=2"});
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  std::string long_prompt;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&long_prompt, "Line ", i, " of the story. ");
+  auto storm = [&](int streams, int seed) {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < kClients; ++c) {
+      clients.emplace_back([&, c] {
+        auto stub = v1::Decoder::NewStub(daemon.channel());
+        std::mt19937 rng(seed * 10 + c);
+        for (int i = 0; i < streams / kClients; ++i) {
+          grpc::ClientContext ctx;
+          auto stream = stub->Generate(&ctx);
+          const int phase = std::uniform_int_distribution<int>(0, 3)(rng);
+          if (phase > 0) stream->Write(TextTurn(phase == 2 ? long_prompt : "Tell me a story.", 200));
+          if (phase == 3) {
+            v1::GenerateResponse resp;
+            for (int seen = 0, want = std::uniform_int_distribution<int>(1, 3)(rng); seen < want && stream->Read(&resp);)
+              seen += resp.has_token();
+          } else {
+            absl::SleepFor(absl::Microseconds(std::uniform_int_distribution<int>(0, 20000)(rng)));
+          }
+          ctx.TryCancel();
+          stream->Finish();
+        }
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  };
+  // Closed sessions are freed once their last step returns (a prefill chunk
+  // can take a second on a loaded machine); the heap is trimmed within a
+  // quarter second after that.
+  auto settled_rss = [&] {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      const std::string m = daemon.Metrics();
+      if (MetricValue(m, "decoded_sessions_active") == 0 && MetricValue(m, "decoded_workers_busy") == 0 &&
+          MetricValue(m, "decoded_kv_bytes") == 0) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+    return daemon.Rss();
+  };
+  storm(96, 1);  // warm-up: arenas, caches and gRPC buffers reach their steady size
+  const int64_t rss_before = settled_rss();
+  storm(1008, 2);
+  const int64_t rss_after = settled_rss();
+  const std::string metrics = daemon.Metrics();
+  EXPECT_EQ(MetricValue(metrics, "decoded_sessions_active"), 0);
+  EXPECT_EQ(MetricValue(metrics, "decoded_kv_bytes"), 0);
+  EXPECT_EQ(MetricValue(metrics, "decoded_bound_nodes"), 0);
+  EXPECT_EQ(MetricValue(metrics, "decoded_workers_busy"), 0);
+  EXPECT_EQ(MetricValue(metrics, "decoded_sessions_total{outcome=\"error\"}"), 0) << metrics;
+  // Every session ended as client_gone: each stream was aborted mid-turn.
+  // (Streams refused, or cancelled before the server dispatched them, had
+  // no session.)
+  EXPECT_GT(MetricValue(metrics, "decoded_sessions_total{outcome=\"client_gone\"}"), 500);
+  EXPECT_EQ(MetricValue(metrics, "decoded_sessions_total{outcome=\"ok\"}"), 0);
+  EXPECT_EQ(MetricValue(metrics, "decoded_sessions_total{outcome=\"shutdown\"}"), 0);
+  std::cerr << "RSS before " << rss_before / (1 << 20) << " MiB, after 1,000 aborted streams "
+            << rss_after / (1 << 20) << " MiB\n";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's quarantine keeps freed memory resident by design; RSS is checked in the plain build";
+#else
+  // Measured on this test: -2 to +9 MiB; with the heap trim disabled, +31 to
+  // +48 MiB (and +148 MB in the fault report's longer storm).
+  EXPECT_LT(rss_after - rss_before, int64_t{16} << 20) << "RSS grew from " << rss_before << " to " << rss_after;
+#endif
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 0);
+}
+
+}  // namespace
+}  // namespace decoded::server
