@@ -316,20 +316,25 @@ void Scheduler::WorkerLoop() {
     std::unique_ptr<TurnRunner> finished;
     TurnSink* refused_sink = nullptr;
     TurnEnd refused;
-    if (out.end) {
+    {
       absl::MutexLock lock(&mu_);
-      if (out.nonfinite_logits) ++nonfinite_logits_turns_;
-      s->carry = turn->TakeCarry();
-      finished = std::move(s->turn);
-      s->sink = nullptr;
-      s->end_request.reset();
-      if (std::optional<Session::Held> held = std::exchange(s->held, std::nullopt); held && !s->closing) {
-        absl::Status started = shutting_down_ ? absl::UnavailableError("the server is shutting down")
-                                              : StartTurn(s, std::move(held->turn), held->sink, held->accepted);
-        if (!started.ok()) {
-          refused_sink = held->sink;
-          refused.reason = FinishReason::kError;
-          refused.error = std::move(started);
+      // Spent before the events go out: the client may consume them (and
+      // give the credit back) before this worker is done emitting.
+      s->credits -= static_cast<int>(out.tokens.size());
+      if (out.end) {
+        if (out.nonfinite_logits) ++nonfinite_logits_turns_;
+        s->carry = turn->TakeCarry();
+        finished = std::move(s->turn);
+        s->sink = nullptr;
+        s->end_request.reset();
+        if (std::optional<Session::Held> held = std::exchange(s->held, std::nullopt); held && !s->closing) {
+          absl::Status started = shutting_down_ ? absl::UnavailableError("the server is shutting down")
+                                                : StartTurn(s, std::move(held->turn), held->sink, held->accepted);
+          if (!started.ok()) {
+            refused_sink = held->sink;
+            refused.reason = FinishReason::kError;
+            refused.error = std::move(started);
+          }
         }
       }
     }
@@ -347,7 +352,6 @@ void Scheduler::WorkerLoop() {
       absl::MutexLock lock(&mu_);
       s->running = false;
       --busy_;
-      s->credits -= static_cast<int>(out.tokens.size());
       if (s->closing) {
         dropped = TakeClosedLocked(s);
       } else {

@@ -828,6 +828,21 @@ TEST_F(SchedulerTest, SessionWithoutCreditWaitsForItsClient) {
   EXPECT_EQ(sched->Stats().sessions_waiting_for_client, 0);
 }
 
+// A client may consume an event before the worker that emitted it is done:
+// the credit must be spent before the event goes out, or the returned credit
+// is lost and a reading client's session parks for good. With one credit the
+// loss would stop the turn after its first token.
+TEST_F(SchedulerTest, CreditConsumedDuringEmissionIsNotLost) {
+  auto sched = MakeScheduler(1, 8, 8, 256, /*max_unconsumed_events=*/1);
+  SessionId a = *sched->Open();
+  ConsumingSink sink(sched.get(), a);  // consumes inside OnToken, on the worker
+  PreparedTurn t = Turn({0}, 30);
+  t.stopping.ignore_eos = true;
+  ASSERT_TRUE(sched->Submit(a, t, &sink).ok());
+  ASSERT_TRUE(sink.WaitEnd(absl::Seconds(5)));
+  EXPECT_EQ(sink.ids().size(), 30u);
+}
+
 TEST_F(SchedulerTest, BeginShutdownEndsEveryTurnWithShutdown) {
   auto sched = MakeScheduler(1, 8, 8, 256, /*max_unconsumed_events=*/2);
   SessionId running = *sched->Open(), queued = *sched->Open(), parked = *sched->Open();
