@@ -180,6 +180,8 @@ class Engine {
 
   // Text -> ids (add_bos: the model's BOS, never doubled).
   virtual std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const = 0;
+  // Ids -> valid UTF-8 text (Tokenizer::Detokenize: ill-formed byte sequences
+  // become U+FFFD by the rule streamed text follows too).
   // INVALID_ARGUMENT on an id outside the vocabulary.
   virtual absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const = 0;
   virtual const EngineModelInfo& ModelInfo() const = 0;

@@ -352,13 +352,20 @@ std::string Tokenizer::TokenBytes(int32_t id, bool render_special) const {
   return "";
 }
 
+absl::Status Tokenizer::Impl::CheckIds(absl::Span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!InRange(ids[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", ids[i], " at position ", i, " is outside [0, ", size(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, bool render_special) const {
+  if (absl::Status s = impl_->CheckIds(ids); !s.ok()) return s;
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (!impl_->InRange(ids[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at position ", i,
-                                                     " is outside [0, ", vocab_size(), ")"));
-    }
     std::string bytes = TokenBytes(ids[i], render_special);
     // llama.cpp drops the space the encoder prefixed, from the first piece only.
     if (i == 0 && impl_->vocab.add_space_prefix && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "engine/tokenizer/special_token_matcher.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -31,6 +33,8 @@ struct Tokenizer::Impl {
 
   int32_t size() const { return static_cast<int32_t>(vocab.pieces.size()); }
   bool InRange(int32_t id) const { return id >= 0 && id < size(); }
+  // INVALID_ARGUMENT naming the first id outside [0, vocab_size) and its position.
+  absl::Status CheckIds(absl::Span<const int32_t> ids) const;
 
   // Appends the SentencePiece-BPE encoding of one run of (already escaped)
   // text to `out`.
