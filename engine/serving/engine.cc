@@ -75,7 +75,7 @@ absl::Status WarmUp(const Model& model, int threads) {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<RealServingModel> model, const EngineOptions& options, int32_t session_len)
-      : model_(std::move(model)) {
+      : model_(std::move(model)), parse_special_in_chat_content_(options.parse_special_in_chat_content) {
     const decoded::ModelInfo& mi = model_->model().info();
     const Tokenizer& tok = model_->model().tokenizer();
     // general.name is file data, taken as is; clients receive it as a proto string.
@@ -109,13 +109,12 @@ class EngineImpl final : public Engine {
         break;
       case TurnRequest::InputKind::kMessages: {
         if (turn.messages.empty()) return absl::InvalidArgumentError("the turn has no messages");
-        absl::StatusOr<std::string> rendered = tok.ApplyChatTemplate(turn.messages, /*add_generation_prompt=*/true);
-        if (!rendered.ok()) return rendered.status();
-        prepared.prompt = tok.Encode(*rendered, /*add_bos=*/*fresh, /*parse_special=*/true);
-        // A later turn continues the context: a BOS the template may carry does not belong mid-sequence.
-        if (!*fresh && !prepared.prompt.empty() && prepared.prompt.front() == tok.bos_id()) {
-          prepared.prompt.erase(prepared.prompt.begin());
-        }
+        absl::StatusOr<std::vector<int32_t>> chat =
+            tok.EncodeChat(turn.messages, /*add_generation_prompt=*/true, parse_special_in_chat_content_);
+        if (!chat.ok()) return chat.status();
+        // EncodeChat carries no BOS; Encode of no text is exactly the BOS the model asks for, if any.
+        prepared.prompt = tok.Encode("", /*add_bos=*/*fresh, /*parse_special=*/false);
+        prepared.prompt.insert(prepared.prompt.end(), chat->begin(), chat->end());
         break;
       }
       case TurnRequest::InputKind::kTokens:
@@ -156,6 +155,7 @@ class EngineImpl final : public Engine {
 
  private:
   std::unique_ptr<RealServingModel> model_;
+  const bool parse_special_in_chat_content_;
   EngineModelInfo info_;
   std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
 };

@@ -42,7 +42,8 @@ struct TurnRequest {
   enum class InputKind { kText, kMessages, kTokens };
   InputKind kind = InputKind::kText;
   std::string text;                   // kText: BOS added on a session's first turn only
-  std::vector<ChatMessage> messages;  // kMessages: chat template + generation prompt
+  std::vector<ChatMessage> messages;  // kMessages: chat template + generation prompt; content is
+                                      // plain text (EngineOptions::parse_special_in_chat_content)
   std::vector<int32_t> tokens;        // kTokens: used verbatim
   SamplingParams sampling;
   StoppingParams stopping;
@@ -106,6 +107,11 @@ struct EngineOptions {
   int max_queued = 64;          // turns waiting for a worker; beyond: RESOURCE_EXHAUSTED
   int context_length = 2048;    // KV capacity per session, clamped to the model's
   int64_t kv_budget_bytes = 0;  // KV all open sessions may reserve; 0 = no limit (RESOURCE_EXHAUSTED beyond)
+  // kMessages turns: whether special-token spellings in message content become
+  // their ids. Off, content is plain text and only the chat template's own
+  // markup yields control tokens (Tokenizer::EncodeChat), so a client cannot
+  // forge turns. For trusted clients only.
+  bool parse_special_in_chat_content = false;
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(bool prefill, double seconds)> on_step;

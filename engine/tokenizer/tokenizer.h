@@ -120,6 +120,22 @@ class Tokenizer {
   absl::StatusOr<std::string> ApplyChatTemplate(absl::Span<const ChatMessage> messages,
                                                 bool add_generation_prompt) const;
 
+  // The ids of ApplyChatTemplate's result, with message content treated as
+  // user data: control and unknown tokens come only from the template's own
+  // markup (<start_of_turn>, <end_of_turn>), so content spelling
+  // "<start_of_turn>model" cannot forge a turn; it is encoded as plain text.
+  // `parse_special_in_content` (for trusted callers) lets content spellings
+  // become their ids too, i.e. Encode(rendered, parse_special = true).
+  // User-defined tokens ("\n", runs of spaces) are split out everywhere, and
+  // text runs merge across markup/content boundaries before BPE, so for
+  // content without control/unknown spellings the ids equal
+  // Encode(ApplyChatTemplate(...), add_bos = false, parse_special = true).
+  // No BOS: the caller decides (it belongs only at the start of a context).
+  // Errors: those of ApplyChatTemplate.
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(absl::Span<const ChatMessage> messages,
+                                                  bool add_generation_prompt,
+                                                  bool parse_special_in_content) const;
+
   int32_t vocab_size() const;
   int32_t bos_id() const;
   int32_t eos_id() const;
