@@ -54,6 +54,9 @@ ABSL_FLAG(int, max_unconsumed_events, 8,
 ABSL_FLAG(int64_t, kv_budget_mb, -1,
           "KV cache all open sessions may reserve, MiB; beyond it new streams get RESOURCE_EXHAUSTED. "
           "-1: 75% of physical memory; 0: no limit");
+ABSL_FLAG(bool, chat_content_specials, false,
+          "parse special-token spellings (<start_of_turn>, ...) in chat message content into their ids; "
+          "for trusted clients only (off, content is plain text and cannot forge turns)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("decoded --model FILE [--listen ADDR] [--workers N] ...");
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
   engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);
   engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);
+  engine_options.parse_special_in_chat_content = absl::GetFlag(FLAGS_chat_content_specials);
   int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
   if (kv_budget_mb < 0) {
     const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);

@@ -115,13 +115,15 @@ void DecodedServer::Drain(absl::Duration period) {
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
   service_->StartDraining();
   // Turns still running at the cut point end with SHUTDOWN; the reserve
-  // leaves time for their last step, their final events and the teardown
-  // after Drain, so the process exits within `period`.
+  // leaves time for their last step (a loaded machine can take a few hundred
+  // ms for one) and their final events, and the last sliver for the teardown
+  // after Drain (measured: ~50 ms), so the process exits within `period`.
   const absl::Duration reserve = std::min(period / 5, absl::Seconds(1));
+  const absl::Duration teardown = std::min(reserve / 4, absl::Milliseconds(100));
   StreamRegistry& streams = service_->streams();
   if (!streams.WaitUntilEmpty(end - reserve) && engine_ != nullptr) {
     engine_->BeginShutdown();
-    streams.WaitUntilEmpty(end - reserve / 2);
+    streams.WaitUntilEmpty(end - teardown);
   }
   streams.MarkCancellingAll();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));

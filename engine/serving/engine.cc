@@ -11,6 +11,7 @@
 #include "engine/serving/scheduler.h"
 #include "engine/serving/serving_model.h"
 #include "engine/serving/turn_runner.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace decoded::serving {
 namespace {
@@ -75,10 +76,11 @@ absl::Status WarmUp(const Model& model, int threads) {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<RealServingModel> model, const EngineOptions& options, int32_t session_len)
-      : model_(std::move(model)) {
+      : model_(std::move(model)), parse_special_in_chat_content_(options.parse_special_in_chat_content) {
     const decoded::ModelInfo& mi = model_->model().info();
     const Tokenizer& tok = model_->model().tokenizer();
-    info_ = EngineModelInfo{mi.family,        mi.name,        mi.context_length, mi.vocab_size,
+    // general.name is file data, taken as is; clients receive it as a proto string.
+    info_ = EngineModelInfo{mi.family,        ToValidUtf8(mi.name), mi.context_length, mi.vocab_size,
                             mi.n_layers,      mi.hidden_size, mi.sliding_window, mi.weight_dtype,
                             mi.device,        session_len,    options.max_sessions, tok.bos_id(),
                             tok.eos_id()};
@@ -110,9 +112,10 @@ class EngineImpl final : public Engine {
         break;
       case TurnRequest::InputKind::kMessages: {
         if (turn.messages.empty()) return absl::InvalidArgumentError("the turn has no messages");
-        absl::StatusOr<std::string> rendered = tok.ApplyChatTemplate(turn.messages, /*add_generation_prompt=*/true);
-        if (!rendered.ok()) return rendered.status();
-        prepared.prompt = tok.Encode(*rendered, /*add_bos=*/false, /*parse_special=*/true);
+        absl::StatusOr<std::vector<int32_t>> chat =
+            tok.EncodeChat(turn.messages, /*add_generation_prompt=*/true, parse_special_in_chat_content_);
+        if (!chat.ok()) return chat.status();
+        prepared.prompt = *std::move(chat);
         prepared.bos_id = tok.prompt_bos_id();
         break;
       }
@@ -138,25 +141,8 @@ class EngineImpl final : public Engine {
   }
 
   absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const override {
-    const Tokenizer& tok = model_->model().tokenizer();
-    for (int32_t id : ids) {
-      if (id < 0 || id >= tok.vocab_size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("token id ", id, " is outside the vocabulary [0, ", tok.vocab_size(), ")"));
-      }
-    }
-    // Through the incremental detokenizer so the result is valid UTF-8 (a
-    // protobuf string must be): invalid bytes become U+FFFD.
-    if (render_special) {
-      absl::StatusOr<std::string> raw = tok.Decode(ids, true);
-      if (!raw.ok()) return raw.status();
-      return SanitizeUtf8(*raw);
-    }
-    std::string text;
-    IncrementalDetokenizer detok(&tok);
-    for (int32_t id : ids) text += detok.Push(id);
-    text += detok.Flush();
-    return text;
+    // Valid UTF-8 (a protobuf string must be), by the same rule as streamed text.
+    return model_->model().tokenizer().Detokenize(ids, render_special);
   }
 
   const EngineModelInfo& ModelInfo() const override { return info_; }
@@ -174,27 +160,8 @@ class EngineImpl final : public Engine {
   }
 
  private:
-  // Replaces each byte that does not start or continue a valid UTF-8 sequence by U+FFFD.
-  static std::string SanitizeUtf8(const std::string& in) {
-    std::string out;
-    size_t i = 0;
-    while (i < in.size()) {
-      const unsigned char c = in[i];
-      int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-      bool ok = len > 0 && i + len <= in.size();
-      for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(in[i + k]) >> 6) == 2;
-      if (ok) {
-        out.append(in, i, len);
-        i += len;
-      } else {
-        out += "\xEF\xBF\xBD";
-        ++i;
-      }
-    }
-    return out;
-  }
-
   std::unique_ptr<RealServingModel> model_;
+  const bool parse_special_in_chat_content_;
   EngineModelInfo info_;
   std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
 };

@@ -43,7 +43,8 @@ struct TurnRequest {
   enum class InputKind { kText, kMessages, kTokens };
   InputKind kind = InputKind::kText;
   std::string text;                   // kText: BOS added on a session's first turn only
-  std::vector<ChatMessage> messages;  // kMessages: chat template + generation prompt
+  std::vector<ChatMessage> messages;  // kMessages: chat template + generation prompt; content is
+                                      // plain text (EngineOptions::parse_special_in_chat_content)
   std::vector<int32_t> tokens;        // kTokens: used verbatim
   SamplingParams sampling;
   StoppingParams stopping;
@@ -128,6 +129,11 @@ struct EngineOptions {
   // so a client that stops reading costs no worker time and its server-side
   // buffer stays bounded. >= 1.
   int max_unconsumed_events = 8;
+  // kMessages turns: whether special-token spellings in message content become
+  // their ids. Off, content is plain text and only the chat template's own
+  // markup yields control tokens (Tokenizer::EncodeChat), so a client cannot
+  // forge turns. For trusted clients only.
+  bool parse_special_in_chat_content = false;
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(bool prefill, double seconds)> on_step;
@@ -231,6 +237,8 @@ class Engine {
 
   // Text -> ids (add_bos: the model's BOS, never doubled).
   virtual std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const = 0;
+  // Ids -> valid UTF-8 text (Tokenizer::Detokenize: ill-formed byte sequences
+  // become U+FFFD by the rule streamed text follows too).
   // INVALID_ARGUMENT on an id outside the vocabulary.
   virtual absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const = 0;
   virtual const EngineModelInfo& ModelInfo() const = 0;

@@ -1,13 +1,16 @@
-// Tokenizer::ApplyChatTemplate: the Gemma turn format.
+// Tokenizer::ApplyChatTemplate and EncodeChat: the Gemma turn format.
 //
 // Reference: the chat_template of google/gemma-3-*-it (tokenizer_config.json):
-//   {{ bos_token }}  -- left to Encode(add_bos) here, so it is never doubled
+//   {{ bos_token }}  -- left to the caller (Encode(add_bos), the serving
+//                       layer), so it is never doubled
 //   system message -> first_user_prefix = content + "\n\n"
 //   each turn: "<start_of_turn>" + (assistant ? "model" : role) + "\n"
 //              + (first turn ? first_user_prefix : "") + content | trim
 //              + "<end_of_turn>\n"
 //   add_generation_prompt: "<start_of_turn>model\n"
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -28,27 +31,38 @@ std::string_view Trim(std::string_view s) {
 
 }  // namespace
 
-absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(absl::Span<const ChatMessage> messages,
-                                                         bool add_generation_prompt) const {
-  if (impl_->start_of_turn_id < 0 || impl_->end_of_turn_id < 0) {
+absl::StatusOr<Tokenizer::Impl::RenderedChat> Tokenizer::Impl::RenderChat(
+    absl::Span<const ChatMessage> messages, bool add_generation_prompt) const {
+  if (start_of_turn_id < 0 || end_of_turn_id < 0) {
     return absl::UnimplementedError(
         "no chat template for this vocabulary (it lacks <start_of_turn>/<end_of_turn>)");
   }
-  const std::string& open = impl_->vocab.pieces[impl_->start_of_turn_id];
-  const std::string& close = impl_->vocab.pieces[impl_->end_of_turn_id];
+  const std::string& open = vocab.pieces[start_of_turn_id];
+  const std::string& close = vocab.pieces[end_of_turn_id];
 
-  std::string system_prefix;
+  std::string_view system_content;
   size_t first = 0;
   if (!messages.empty() && messages[0].role == "system") {
     if (messages.size() < 2 || messages[1].role != "user") {
       return absl::InvalidArgumentError(
           "messages[0]: a system message must be followed by a user message");
     }
-    system_prefix = absl::StrCat(messages[0].content, "\n\n");
+    system_content = messages[0].content;
     first = 1;
   }
 
-  std::string out;
+  RenderedChat chat;
+  std::string& out = chat.text;
+  // Markup pieces that touch are one range, so a spelling the template
+  // writes in two appends (close + "\n", open + role) still lies inside one.
+  auto markup = [&](std::string_view piece) {
+    if (!chat.markup.empty() && chat.markup.back().end == out.size()) {
+      chat.markup.back().end += piece.size();
+    } else {
+      chat.markup.push_back({out.size(), out.size() + piece.size()});
+    }
+    out.append(piece);
+  };
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     std::string_view role;
@@ -63,12 +77,45 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(absl::Span<const ChatMe
       return absl::InvalidArgumentError(absl::StrCat("messages[", i, "]: unknown role \"", m.role,
                                                      "\" (expected system, user, assistant or model)"));
     }
-    out.append(open).append(role).append("\n");
-    if (i == first) out.append(system_prefix);
-    out.append(Trim(m.content)).append(close).append("\n");
+    markup(open);
+    markup(role);
+    markup("\n");
+    if (i == first && first == 1) {
+      out.append(system_content);
+      markup("\n\n");
+    }
+    out.append(Trim(m.content));
+    markup(close);
+    markup("\n");
   }
-  if (add_generation_prompt) out.append(open).append("model\n");
-  return out;
+  if (add_generation_prompt) {
+    markup(open);
+    markup("model\n");
+  }
+  return chat;
+}
+
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(absl::Span<const ChatMessage> messages,
+                                                         bool add_generation_prompt) const {
+  absl::StatusOr<Impl::RenderedChat> chat = impl_->RenderChat(messages, add_generation_prompt);
+  if (!chat.ok()) return chat.status();
+  return std::move(chat->text);
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeChat(absl::Span<const ChatMessage> messages,
+                                                          bool add_generation_prompt,
+                                                          bool parse_special_in_content) const {
+  absl::StatusOr<Impl::RenderedChat> chat = impl_->RenderChat(messages, add_generation_prompt);
+  if (!chat.ok()) return chat.status();
+  const SpecialTokenMatcher::Range whole[] = {{0, chat->text.size()}};
+  std::vector<SpecialTokenMatcher::Fragment> fragments;
+  impl_->specials.SplitWithin(chat->text,
+                              parse_special_in_content ? absl::Span<const SpecialTokenMatcher::Range>(whole)
+                                                       : absl::Span<const SpecialTokenMatcher::Range>(chat->markup),
+                              fragments);
+  std::vector<int32_t> ids;
+  impl_->EncodeFragments(chat->text, fragments, ids);
+  return ids;
 }
 
 }  // namespace decoded

@@ -44,6 +44,12 @@ void SpecialTokenMatcher::Add(std::string_view spelling, int32_t id, bool always
 
 void SpecialTokenMatcher::Split(std::string_view text, bool parse_special,
                                 std::vector<Fragment>& out) const {
+  const Range whole[] = {{0, text.size()}};
+  SplitWithin(text, parse_special ? absl::Span<const Range>(whole) : absl::Span<const Range>(), out);
+}
+
+void SpecialTokenMatcher::SplitWithin(std::string_view text, absl::Span<const Range> special_ranges,
+                                      std::vector<Fragment>& out) const {
   out.clear();
   struct Candidate {
     size_t len;
@@ -51,13 +57,17 @@ void SpecialTokenMatcher::Split(std::string_view text, bool parse_special,
     size_t pos;
   };
   std::vector<Candidate> candidates;
+  size_t range = 0;  // first range that does not end at or before `pos`
   for (size_t pos = 0; pos < text.size(); ++pos) {
+    while (range < special_ranges.size() && special_ranges[range].end <= pos) ++range;
+    const bool in_range = range < special_ranges.size() && special_ranges[range].begin <= pos;
     int32_t node = 0;
     for (size_t j = pos; j < text.size(); ++j) {
       node = Child(node, static_cast<uint8_t>(text[j]));
       if (node < 0) break;
       const int32_t id = terminal_id_[node];
-      if (id >= 0 && (parse_special || terminal_always_[node])) {
+      if (id < 0) continue;
+      if (terminal_always_[node] || (in_range && j < special_ranges[range].end)) {
         candidates.push_back({j + 1 - pos, id, pos});
       }
     }

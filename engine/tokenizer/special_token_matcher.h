@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
 
 namespace decoded {
 
@@ -37,6 +38,18 @@ class SpecialTokenMatcher {
   };
   // Replaces `out` with the text's fragments in order (no empty text runs).
   void Split(std::string_view text, bool parse_special, std::vector<Fragment>& out) const;
+
+  // A byte range [begin, end) of the text.
+  struct Range {
+    size_t begin;
+    size_t end;
+  };
+  // As Split, but a control or unknown spelling matches only where it lies
+  // wholly inside one of `special_ranges` (sorted, disjoint), so text outside
+  // them (e.g. chat message content) can never yield such a token, nor take
+  // part in one. User-defined spellings match anywhere, as in Split.
+  void SplitWithin(std::string_view text, absl::Span<const Range> special_ranges,
+                   std::vector<Fragment>& out) const;
 
  private:
   int32_t Child(int32_t node, uint8_t byte) const;

@@ -299,6 +299,24 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
+void Tokenizer::Impl::EncodeFragments(std::string_view text,
+                                      absl::Span<const SpecialTokenMatcher::Fragment> fragments,
+                                      std::vector<int32_t>& out) const {
+  bool after_special = true;  // the text start counts as following a special token
+  for (const SpecialTokenMatcher::Fragment& f : fragments) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+      after_special = true;
+      continue;
+    }
+    std::string run;
+    if (vocab.add_space_prefix && after_special) run = " ";
+    run.append(text.substr(f.begin, f.end - f.begin));
+    EncodeRun(ReplaceAll(run, " ", kSpaceMarker), out);
+    after_special = false;
+  }
+}
+
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool parse_special) const {
   const Impl& m = *impl_;
   std::vector<int32_t> out;
@@ -310,19 +328,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
   if (add_bos && m.vocab.add_bos && m.vocab.bos_id >= 0 && !starts_with_bos) {
     out.push_back(m.vocab.bos_id);
   }
-  bool after_special = true;  // the text start counts as following a special token
-  for (const SpecialTokenMatcher::Fragment& f : fragments) {
-    if (f.id >= 0) {
-      out.push_back(f.id);
-      after_special = true;
-      continue;
-    }
-    std::string run;
-    if (m.vocab.add_space_prefix && after_special) run = " ";
-    run.append(text.substr(f.begin, f.end - f.begin));
-    m.EncodeRun(ReplaceAll(run, " ", kSpaceMarker), out);
-    after_special = false;
-  }
+  m.EncodeFragments(text, fragments, out);
   return out;
 }
 
@@ -352,13 +358,20 @@ std::string Tokenizer::TokenBytes(int32_t id, bool render_special) const {
   return "";
 }
 
+absl::Status Tokenizer::Impl::CheckIds(absl::Span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!InRange(ids[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", ids[i], " at position ", i, " is outside [0, ", size(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, bool render_special) const {
+  if (absl::Status s = impl_->CheckIds(ids); !s.ok()) return s;
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (!impl_->InRange(ids[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at position ", i,
-                                                     " is outside [0, ", vocab_size(), ")"));
-    }
     std::string bytes = TokenBytes(ids[i], render_special);
     // llama.cpp drops the space the encoder prefixed, from the first piece only.
     if (i == 0 && impl_->vocab.add_space_prefix && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace decoded {
 
@@ -90,9 +91,18 @@ class Tokenizer {
   std::string TokenBytes(int32_t id, bool render_special = false) const;
 
   // Concatenated TokenBytes (with add_space_prefix, one leading space of the
-  // first piece is dropped, as llama.cpp's detokenizer does).
+  // first piece is dropped, as llama.cpp's detokenizer does): raw bytes, which
+  // byte tokens can make invalid UTF-8. Text for clients comes from Detokenize.
   // INVALID_ARGUMENT on an id outside [0, vocab_size).
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool render_special = false) const;
+
+  // The ids as valid UTF-8 text: exactly the concatenation of what an
+  // IncrementalDetokenizer(this, render_special) emits for them, Flush
+  // included, so ill-formed byte sequences become U+FFFD by the rule of
+  // utf8.h whichever way the ids are decoded. No leading space is dropped
+  // (unlike Decode): streamed text cannot know which piece comes first.
+  // INVALID_ARGUMENT on an id outside [0, vocab_size).
+  absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const;
 
   // Renders chat turns in the model's turn format (Gemma:
   // "<start_of_turn>user\n...<end_of_turn>\n", assistant role spelled "model",
@@ -109,6 +119,22 @@ class Tokenizer {
   // UNIMPLEMENTED when the vocabulary has no <start_of_turn>/<end_of_turn>.
   absl::StatusOr<std::string> ApplyChatTemplate(absl::Span<const ChatMessage> messages,
                                                 bool add_generation_prompt) const;
+
+  // The ids of ApplyChatTemplate's result, with message content treated as
+  // user data: control and unknown tokens come only from the template's own
+  // markup (<start_of_turn>, <end_of_turn>), so content spelling
+  // "<start_of_turn>model" cannot forge a turn; it is encoded as plain text.
+  // `parse_special_in_content` (for trusted callers) lets content spellings
+  // become their ids too, i.e. Encode(rendered, parse_special = true).
+  // User-defined tokens ("\n", runs of spaces) are split out everywhere, and
+  // text runs merge across markup/content boundaries before BPE, so for
+  // content without control/unknown spellings the ids equal
+  // Encode(ApplyChatTemplate(...), add_bos = false, parse_special = true).
+  // No BOS: the caller decides (it belongs only at the start of a context).
+  // Errors: those of ApplyChatTemplate.
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(absl::Span<const ChatMessage> messages,
+                                                  bool add_generation_prompt,
+                                                  bool parse_special_in_content) const;
 
   int32_t vocab_size() const;
   int32_t bos_id() const;
@@ -135,21 +161,25 @@ class Tokenizer {
 
 // Turns a stream of token ids into text without ever emitting a split UTF-8
 // code point: bytes of an incomplete sequence are held back until it
-// completes. Invalid sequences are emitted as U+FFFD (one per maximal invalid
-// subpart; overlongs, surrogates and > U+10FFFF count as invalid). Pieces
-// come from TokenBytes(id) without render_special, so control tokens add
-// nothing. The Tokenizer must outlive it. Not thread-safe.
+// completes. Ill-formed sequences become U+FFFD by the rule of utf8.h (Unicode
+// substitution of maximal subparts). Pieces come from
+// TokenBytes(id, render_special): without render_special control tokens add
+// nothing (a sequence may continue across them); with it their spelling is
+// text like any other, so it ends an incomplete sequence before it.
+// The Tokenizer must outlive it. Not thread-safe.
 class IncrementalDetokenizer {
  public:
-  explicit IncrementalDetokenizer(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
-  // Text that became complete with `id` (may be empty).
+  explicit IncrementalDetokenizer(const Tokenizer* tokenizer, bool render_special = false)
+      : tokenizer_(tokenizer), render_special_(render_special) {}
+  // Text that became complete with `id` (may be empty); valid UTF-8.
   std::string Push(int32_t id);
-  // Whatever is still held back, invalid bytes replaced by U+FFFD.
+  // Whatever is still held back, as one U+FFFD (or "" when nothing is).
   std::string Flush();
 
  private:
   const Tokenizer* tokenizer_;
-  std::string pending_;
+  bool render_special_;
+  Utf8Sanitizer utf8_;
 };
 
 }  // namespace decoded

@@ -3,10 +3,14 @@
 #define DECODED_ENGINE_TOKENIZER_TOKENIZER_IMPL_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/tokenizer/special_token_matcher.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -31,10 +35,27 @@ struct Tokenizer::Impl {
 
   int32_t size() const { return static_cast<int32_t>(vocab.pieces.size()); }
   bool InRange(int32_t id) const { return id >= 0 && id < size(); }
+  // INVALID_ARGUMENT naming the first id outside [0, vocab_size) and its position.
+  absl::Status CheckIds(absl::Span<const int32_t> ids) const;
 
   // Appends the SentencePiece-BPE encoding of one run of (already escaped)
   // text to `out`.
   void EncodeRun(std::string_view text, std::vector<int32_t>& out) const;
+
+  // Appends the ids of `text` split into `fragments` (SpecialTokenMatcher):
+  // special fragments as their id, each text run space-prefixed (with
+  // add_space_prefix), escaped and BPE-merged. No BOS.
+  void EncodeFragments(std::string_view text, absl::Span<const SpecialTokenMatcher::Fragment> fragments,
+                       std::vector<int32_t>& out) const;
+
+  // A chat rendered by the template, with the byte ranges (sorted, disjoint)
+  // that are the template's own markup rather than message content.
+  struct RenderedChat {
+    std::string text;
+    std::vector<SpecialTokenMatcher::Range> markup;
+  };
+  absl::StatusOr<RenderedChat> RenderChat(absl::Span<const ChatMessage> messages,
+                                          bool add_generation_prompt) const;
 };
 
 }  // namespace decoded

@@ -212,7 +212,7 @@ class HealthWatch {
 // 0 within --drain_seconds.
 TEST(DaemonProcessTest, SigtermCutsARunningTurnAndExitsZeroWithinTheDrainPeriod) {
   DECODED_REQUIRE_REAL_MODEL();
-  Daemon daemon(ModelFlags({"--drain_seconds=2"}));
+  Daemon daemon(ModelFlags({"--drain_seconds=3"}));
   ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
   HealthWatch watch(daemon.channel());
   ASSERT_TRUE(watch.WaitFirst(absl::Seconds(5)));
@@ -229,8 +229,8 @@ TEST(DaemonProcessTest, SigtermCutsARunningTurnAndExitsZeroWithinTheDrainPeriod)
   EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
-  EXPECT_LE(daemon.exit_time(), absl::Seconds(2) + absl::Milliseconds(300));
-  EXPECT_GE(daemon.exit_time(), absl::Seconds(1)) << "the turn was cut long before the drain period's end";
+  EXPECT_LE(daemon.exit_time(), absl::Seconds(3) + absl::Milliseconds(300));
+  EXPECT_GE(daemon.exit_time(), absl::Seconds(2)) << "the turn was cut long before the drain period's end";
   ASSERT_TRUE(watch.WaitEnded(absl::Seconds(1)));
   const std::vector<int> statuses = watch.statuses();
   ASSERT_GE(statuses.size(), 2u);

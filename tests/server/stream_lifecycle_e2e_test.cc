@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -374,9 +375,10 @@ TEST(StreamDrainTest, DrainEndsIdleStreamsAndCutsLongTurnsWithAFinalEvent) {
   v1::GenerateResponse first;
   ASSERT_TRUE(long_turn->Read(&first));  // it runs
 
-  const absl::Duration period = absl::Seconds(2);
+  const absl::Duration period = absl::Seconds(3);
   const absl::Time start = absl::Now();
   std::thread drain([&] { (*server)->Drain(period); });
+  absl::Cleanup join_drain = [&] { drain.join(); };
 
   // The idle stream ends at once.
   v1::GenerateResponse resp;
@@ -392,7 +394,7 @@ TEST(StreamDrainTest, DrainEndsIdleStreamsAndCutsLongTurnsWithAFinalEvent) {
   EXPECT_GT(cut.ids.size(), 0u);
   const grpc::Status long_status = long_turn->Finish();
   EXPECT_EQ(long_status.error_code(), grpc::StatusCode::UNAVAILABLE) << long_status.error_message();
-  drain.join();
+  std::move(join_drain).Invoke();
   EXPECT_LE(absl::Now() - start, period + absl::Milliseconds(200));
   const std::string body = HttpGet((*server)->metrics_port(), "/metrics");
   EXPECT_EQ(MetricValue(body, "decoded_sessions_total{outcome=\"shutdown\"}"), 2);

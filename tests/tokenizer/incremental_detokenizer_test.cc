@@ -6,12 +6,14 @@
 #include "tests/common/model_path.h"
 #include "tests/tokenizer/real_tokenizer.h"
 #include "tests/tokenizer/test_vocab.h"
+#include "tests/tokenizer/utf8_oracle.h"
 
 namespace decoded {
 namespace {
 
 using ::decoded::testing::ByteId;
 using ::decoded::testing::MakeTokenizer;
+using ::decoded::testing::OracleToValidUtf8;
 
 constexpr TokenType kN = TokenType::kNormal;
 
@@ -54,20 +56,6 @@ TEST(IncrementalDetokenizerTest, FlushReplacesAnUnfinishedSequence) {
             (std::vector<std::string>{"a", "", "", "\xEF\xBF\xBD"}));
 }
 
-bool IsValidUtf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
 TEST(IncrementalDetokenizerTest, RealVocabularyStreamNeverSplitsACodePoint) {
   DECODED_REQUIRE_REAL_MODEL();
   const Tokenizer* t = ::decoded::testing::RealTokenizer();
@@ -81,7 +69,7 @@ TEST(IncrementalDetokenizerTest, RealVocabularyStreamNeverSplitsACodePoint) {
   std::string all;
   for (int32_t id : ids) {
     const std::string piece = d.Push(id);
-    EXPECT_TRUE(IsValidUtf8(piece)) << "after id " << id;
+    EXPECT_EQ(OracleToValidUtf8(piece), piece) << "after id " << id;
     all += piece;
   }
   all += d.Flush();

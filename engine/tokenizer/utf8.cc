@@ -1,0 +1,73 @@
+#include "engine/tokenizer/utf8.h"
+
+namespace decoded {
+
+void Utf8Sanitizer::Append(std::string_view bytes, std::string& out) {
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const uint8_t b = static_cast<uint8_t>(bytes[i]);
+    if (held_ == 0) {
+      if (b < 0x80) {
+        // A run of ASCII is copied in one go: most text is mostly ASCII.
+        size_t end = i + 1;
+        while (end < bytes.size() && static_cast<uint8_t>(bytes[end]) < 0x80) ++end;
+        out.append(bytes.data() + i, end - i);
+        i = end;
+        continue;
+      }
+      ++i;
+      // Lead bytes of Table 3-7. E0/ED/F0/F4 narrow the range of the second
+      // byte, which excludes overlong forms, surrogates and > U+10FFFF.
+      lower_ = 0x80;
+      upper_ = 0xBF;
+      if (b >= 0xC2 && b <= 0xDF) {
+        length_ = 2;
+      } else if (b >= 0xE0 && b <= 0xEF) {
+        length_ = 3;
+        if (b == 0xE0) lower_ = 0xA0;
+        if (b == 0xED) upper_ = 0x9F;
+      } else if (b >= 0xF0 && b <= 0xF4) {
+        length_ = 4;
+        if (b == 0xF0) lower_ = 0x90;
+        if (b == 0xF4) upper_ = 0x8F;
+      } else {
+        // 80..C1, F5..FF start no well-formed sequence: a maximal subpart of one byte.
+        out.append(kReplacementCharacter);
+        continue;
+      }
+      seq_[held_++] = static_cast<char>(b);
+      continue;
+    }
+    if (b < lower_ || b > upper_) {
+      // The held bytes are a maximal subpart. `b` is not consumed: it may
+      // start the next sequence.
+      out.append(kReplacementCharacter);
+      held_ = 0;
+      continue;
+    }
+    ++i;
+    seq_[held_++] = static_cast<char>(b);
+    lower_ = 0x80;
+    upper_ = 0xBF;
+    if (held_ == length_) {
+      out.append(seq_, held_);
+      held_ = 0;
+    }
+  }
+}
+
+void Utf8Sanitizer::Finish(std::string& out) {
+  if (held_ > 0) out.append(kReplacementCharacter);
+  held_ = 0;
+}
+
+std::string ToValidUtf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  Utf8Sanitizer sanitizer;
+  sanitizer.Append(bytes, out);
+  sanitizer.Finish(out);
+  return out;
+}
+
+}  // namespace decoded
