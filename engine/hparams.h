@@ -88,7 +88,7 @@ class HParams {
   absl::StatusOr<int32_t> IntOr(std::string_view k, int64_t fallback, const IntRange& range) const;
   // A required float key (float32/float64) that is finite and in `range`.
   absl::StatusOr<double> Float(std::string_view k, const FloatRange& range) const;
-  // An optional float key: `fallback` when absent (not checked).
+  // An optional float key: `fallback` when absent, checked against `range` too.
   absl::StatusOr<double> FloatOr(std::string_view k, double fallback, const FloatRange& range) const;
 
   // The layer count `k` (e.g. "block_count"): in [1, kMaxLayers], the
