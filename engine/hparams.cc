@@ -37,7 +37,8 @@ absl::StatusOr<int64_t> IntegerValue(const GgufValue& v, const std::string& key)
   return ModelFileError(absl::StrCat(key, " holds ", GgufTypeName(v.type), ", not an integer"));
 }
 
-// Range text for a uint64 beyond int64 (IntegerValue clamps it).
+// The stored integer as written in the file, for messages (IntegerValue
+// clamps a uint64 beyond int64).
 std::string IntegerText(const GgufValue& v) {
   if (const uint64_t* u = std::get_if<uint64_t>(&v.value)) return absl::StrCat(*u);
   return absl::StrCat(std::get<int64_t>(v.value));
@@ -51,7 +52,7 @@ absl::StatusOr<int32_t> CheckInt(int64_t value, const std::string& shown, const 
   if (range.multiple_of > 1 && value % range.multiple_of != 0) {
     return ModelFileError(absl::StrCat(key, " = ", shown, " is not a multiple of ", range.multiple_of));
   }
-  // Every range a caller passes lies within int32 (bounds are far below 2^31).
+  // IntRange lies within int32 (its contract), so this clamp never bites.
   return static_cast<int32_t>(std::clamp<int64_t>(value, std::numeric_limits<int32_t>::min(),
                                                   std::numeric_limits<int32_t>::max()));
 }

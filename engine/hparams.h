@@ -44,8 +44,9 @@
 
 namespace decoded {
 
-// Inclusive integer range [lo, hi]. `hi_source` names where hi comes from when
-// it is another hyper-parameter (e.g. "gemma3.context_length"), for messages.
+// Inclusive integer range [lo, hi], within int32 (accessors return int32).
+// `hi_source` names where hi comes from when it is another hyper-parameter
+// (e.g. "gemma3.context_length"), for messages.
 struct IntRange {
   IntRange(int64_t lo, int64_t hi, std::string hi_source = "", int64_t multiple_of = 1)
       : lo(lo), hi(hi), hi_source(std::move(hi_source)), multiple_of(multiple_of) {}
