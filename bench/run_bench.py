@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Benchmarks decoded against llama.cpp (llama-cpp-python) on the same GGUF file,
 the same thread counts and the same machine, in one run, and prints ratios.
+Install llama-cpp-python with tools/install_llama_cpp.sh (pinned version and
+instruction sets; a plain pip install builds for the build host only and can
+die with SIGILL on another).
 
 Usage: python3 bench/run_bench.py [--model PATH] [--build build] [--threads 1 2]
        [--decode-tokens 128] [--prompt-tokens 128] [--grpc]
@@ -32,7 +35,10 @@ def llamacpp(model, threads, n_prompt, n_decode):
     """llama.cpp through its C API (llama_decode on a preallocated batch, via
     llama-cpp-python's ctypes bindings), so no Python-side logits copies are
     charged to it: the prompt as one batch, then one-token decodes."""
-    import llama_cpp
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        sys.exit(f"run_bench: llama-cpp-python is missing ({exc}); install it with tools/install_llama_cpp.sh")
     llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads,
                           n_ctx=n_prompt + n_decode + 16, n_batch=n_prompt, verbose=False)
     ctx = llm.ctx

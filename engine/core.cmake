@@ -13,6 +13,7 @@ add_library(decoded_core
   ${CMAKE_CURRENT_LIST_DIR}/decode_token_host.cc
   ${CMAKE_CURRENT_LIST_DIR}/decode_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/weights.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hparams.cc
   ${CMAKE_CURRENT_LIST_DIR}/model_registry.cc
 )
 target_include_directories(decoded_core PUBLIC ${PROJECT_SOURCE_DIR})

@@ -18,6 +18,20 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(Backend& backend, int32
                                                    " kv_heads=", n_kv_heads, " head_dim=", head_dim,
                                                    " capacity=", capacity));
   }
+  // The geometry may come from a model file: size the cache with overflow
+  // checks before allocating anything. per = bytes of K (or V) of one layer.
+  int64_t per = static_cast<int64_t>(sizeof(float));
+  bool overflow = false;
+  for (const int64_t f : {int64_t{n_kv_heads}, int64_t{capacity}, int64_t{head_dim}}) {
+    overflow |= __builtin_mul_overflow(per, f, &per);
+  }
+  int64_t total = 0;
+  overflow |= __builtin_mul_overflow(per, 2 * int64_t{n_layers}, &total);
+  if (overflow) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache of layers=", n_layers, " kv_heads=", n_kv_heads,
+                                                     " head_dim=", head_dim, " capacity=", capacity,
+                                                     " would exceed 2^63 bytes"));
+  }
   std::unique_ptr<KvCache> kv(new KvCache());
   kv->n_layers_ = n_layers;
   kv->n_kv_heads_ = n_kv_heads;
@@ -25,13 +39,18 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(Backend& backend, int32
   kv->capacity_ = capacity;
   kv->allocation_id_ = g_next_allocation_id.fetch_add(1);
   kv->versions_.assign(static_cast<size_t>(n_layers), 0);
-  const size_t per = static_cast<size_t>(n_kv_heads) * static_cast<size_t>(capacity) *
-                     static_cast<size_t>(head_dim) * sizeof(float);
+  // Buffers not yet counted in the engine counters: on failure the
+  // destructor must not subtract them.
+  auto fail = [&kv](const absl::Status& s) {
+    kv->k_.clear();
+    kv->v_.clear();
+    return s;
+  };
   for (int32_t l = 0; l < n_layers; ++l) {
-    auto k = backend.Allocate(per);
-    if (!k.ok()) return k.status();
-    auto v = backend.Allocate(per);
-    if (!v.ok()) return v.status();
+    auto k = backend.Allocate(static_cast<size_t>(per));
+    if (!k.ok()) return fail(k.status());
+    auto v = backend.Allocate(static_cast<size_t>(per));
+    if (!v.ok()) return fail(v.status());
     kv->k_.push_back(*std::move(k));
     kv->v_.push_back(*std::move(v));
   }

@@ -25,8 +25,9 @@ namespace decoded {
 
 class KvCache {
  public:
-  // INVALID_ARGUMENT for non-positive geometry; RESOURCE_EXHAUSTED if the
-  // backend cannot allocate it.
+  // INVALID_ARGUMENT for non-positive geometry; RESOURCE_EXHAUSTED if its
+  // byte size (formula above) overflows int64 or the backend cannot allocate
+  // it. The size is checked before anything is allocated.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(Backend& backend, int32_t n_layers,
                                                          int32_t n_kv_heads, int32_t head_dim,
                                                          int32_t capacity);

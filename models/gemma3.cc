@@ -8,12 +8,15 @@
 // Layer il is global iff (il + 1) % sliding_window_pattern == 0; local layers
 // use a sliding window and the local RoPE base.
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "engine/decode_model.h"
+#include "engine/hparam_bounds.h"
 #include "engine/hparams.h"
 #include "engine/model_registry.h"
 
@@ -108,51 +111,93 @@ class Gemma3 final : public DecodeModel {
  private:
   Gemma3() = default;
 
+  // Every number comes through HParams, which checks it (engine/hparams.h)
+  // before anything below is sized by it. Defaults are llama.cpp's for gemma3.
   absl::Status ReadConfig() {
-    HParams hp(weights_->file(), family_);
+    namespace hb = hparam_bounds;
+    HParams hp(*weights_, family_);
     DecodeDims& d = cfg_.dims;
     auto assign = [](auto& dst, auto v) -> absl::Status {
       if (!v.ok()) return v.status();
       dst = *v;
       return absl::OkStatus();
     };
-    for (auto s : {assign(d.n_layers, hp.Positive("block_count")), assign(d.hidden, hp.Positive("embedding_length")),
-                   assign(cfg_.ffn, hp.Positive("feed_forward_length")),
-                   assign(d.n_heads, hp.Positive("attention.head_count")),
-                   assign(cfg_.context_length, hp.Positive("context_length")),
-                   assign(cfg_.sliding_window, hp.Positive("attention.sliding_window"))}) {
-      if (!s.ok()) return s;
+    // Each read may use the ones before it, so they run in order.
+    const std::function<absl::Status()> reads[] = {
+        [&] { return assign(d.n_layers, hp.LayerCount("block_count")); },
+        [&] { return assign(d.hidden, hp.Int("embedding_length", {1, hb::kMaxWidth})); },
+        [&] { return assign(cfg_.ffn, hp.Int("feed_forward_length", {1, hb::kMaxWidth})); },
+        [&] { return assign(d.n_heads, hp.Int("attention.head_count", {1, hb::kMaxHeads})); },
+        [&] {
+          return assign(d.n_kv_heads, hp.IntOr("attention.head_count_kv", d.n_heads,
+                                               {1, d.n_heads, hp.key("attention.head_count")}));
+        },
+        [&]() -> absl::Status {
+          if (d.n_heads % d.n_kv_heads == 0) return absl::OkStatus();
+          return absl::InvalidArgumentError(absl::StrCat(
+              "model file: ", hp.key("attention.head_count"), " = ", d.n_heads, " is not a multiple of ",
+              hp.key("attention.head_count_kv"), " = ", d.n_kv_heads, " (each KV head serves a whole group)"));
+        },
+        // RoPE rotates pairs of a head's dimensions: the head size is even.
+        [&] {
+          return assign(d.head_dim, hp.IntOr("attention.key_length", d.hidden / d.n_heads,
+                                             {2, hb::kMaxHeadDim, "", 2}));
+        },
+        [&]() -> absl::Status {
+          auto value_length = hp.IntOr("attention.value_length", d.head_dim, {1, hb::kMaxHeadDim});
+          if (!value_length.ok()) return value_length.status();
+          if (*value_length == d.head_dim) return absl::OkStatus();
+          return absl::InvalidArgumentError(absl::StrCat(
+              "model file: ", hp.key("attention.value_length"), " = ", *value_length, " differs from ",
+              hp.key("attention.key_length"), " = ", d.head_dim, " (this family uses one head size)"));
+        },
+        [&] { return assign(cfg_.context_length, hp.Int("context_length", {1, hb::kMaxContextLength})); },
+        // A window wider than the context would be a global layer in disguise.
+        [&] {
+          return assign(cfg_.sliding_window, hp.Int("attention.sliding_window",
+                                                    {1, cfg_.context_length, hp.key("context_length")}));
+        },
+        // At least one global layer: the pattern cannot exceed the layer count.
+        [&] {
+          return assign(cfg_.sliding_window_pattern, hp.IntOr("attention.sliding_window_pattern", 6,
+                                                              {1, d.n_layers, hp.key("block_count")}));
+        },
+        [&] {
+          return assign(cfg_.eps, hp.FloatOr("attention.layer_norm_rms_epsilon", 1e-6,
+                                             {hb::kMinNormalFloat32, 1.0}));
+        },
+        // Bases below 1 would reverse the frequency order (no model does this)
+        // and tiny ones overflow the float32 RoPE angles.
+        [&] { return assign(cfg_.rope_base_global, hp.FloatOr("rope.freq_base", 1e6, {1.0, hb::kMaxFloat32})); },
+        [&] {
+          return assign(cfg_.rope_base_local, hp.FloatOr("rope.freq_base_swa", 1e4, {1.0, hb::kMaxFloat32}));
+        },
+        // A cap multiplies tanh(s / cap): below 1 it only crushes the scores,
+        // and a cap rounding to 0 in float32 would make 0 / 0.
+        [&] {
+          return assign(cfg_.attn_softcap, hp.FloatOr("attn_logit_softcapping", 0, {1.0, hb::kMaxFloat32, true}));
+        },
+        [&] {
+          return assign(cfg_.final_softcap, hp.FloatOr("final_logit_softcapping", 0, {1.0, hb::kMaxFloat32, true}));
+        },
+        // The attention scale is 1 / sqrt(this): a head size, at least 1.
+        [&] {
+          return assign(cfg_.query_pre_attn_scalar, hp.FloatOr("attention.query_pre_attn_scalar", d.head_dim,
+                                                               {1.0, hb::kMaxFloat32}));
+        },
+        // Linear position scaling of the global layers (HF rope_scaling
+        // "linear"); 0 means none, as in llama.cpp. The range keeps
+        // position * scale finite in float32 over kMaxContextLength.
+        [&]() -> absl::Status {
+          auto factor = hp.FloatOr("rope.scaling.factor", 0, {1.0 / 1024, 1024, true});
+          if (!factor.ok()) return factor.status();
+          cfg_.rope_scale_global = *factor == 0 ? 1.0 : 1.0 / *factor;
+          return absl::OkStatus();
+        },
+    };
+    for (const auto& read : reads) {
+      if (absl::Status s = read(); !s.ok()) return s;
     }
-    for (auto s : {assign(d.n_kv_heads, hp.PositiveOr("attention.head_count_kv", d.n_heads)),
-                   assign(d.head_dim, hp.PositiveOr("attention.key_length", d.hidden / d.n_heads)),
-                   assign(cfg_.sliding_window_pattern, hp.PositiveOr("attention.sliding_window_pattern", 6)),
-                   assign(cfg_.eps, hp.FloatOr("attention.layer_norm_rms_epsilon", 1e-6)),
-                   assign(cfg_.rope_base_global, hp.FloatOr("rope.freq_base", 1e6)),
-                   assign(cfg_.rope_base_local, hp.FloatOr("rope.freq_base_swa", 1e4)),
-                   assign(cfg_.attn_softcap, hp.FloatOr("attn_logit_softcapping", 0)),
-                   assign(cfg_.final_softcap, hp.FloatOr("final_logit_softcapping", 0))}) {
-      if (!s.ok()) return s;
-    }
-    auto value_length = hp.PositiveOr("attention.value_length", d.head_dim);
-    if (!value_length.ok()) return value_length.status();
-    if (*value_length != d.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat("model file: ", hp.key("attention.value_length"), " = ",
-                                                     *value_length, " differs from key_length ", d.head_dim));
-    }
-    if (d.n_heads % d.n_kv_heads != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("model file: head_count ", d.n_heads,
-                                                     " is not a multiple of head_count_kv ", d.n_kv_heads));
-    }
-    auto qpas = hp.FloatOr("attention.query_pre_attn_scalar", d.head_dim);
-    if (!qpas.ok()) return qpas.status();
-    cfg_.query_pre_attn_scalar = *qpas;
-    if (!(cfg_.query_pre_attn_scalar > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("model file: ", hp.key("attention.query_pre_attn_scalar"),
-                                                     " must be positive"));
-    }
-    auto rope_factor = hp.FloatOr("rope.scaling.factor", 1.0);
-    if (!rope_factor.ok()) return rope_factor.status();
-    if (*rope_factor > 0) cfg_.rope_scale_global = 1.0 / *rope_factor;
 
     std::vector<int32_t> windows;
     std::vector<RopeLayer> ropes;
@@ -171,43 +216,61 @@ class Gemma3 final : public DecodeModel {
     return absl::OkStatus();
   }
 
+  // Binds every tensor, each checked against the keys its shape derives from.
   absl::Status BindWeights() {
     DecodeDims& d = cfg_.dims;
-    const Weights& w = *weights_;
-    auto emb = w.Get("token_embd.weight", -1, d.hidden);
+    HParams hp(*weights_, family_);
+    auto emb = hp.Tensor("token_embd.weight", Dim{}, hp.dim("embedding_length", d.hidden));
     if (!emb.ok()) return emb.status();
     tok_embd_ = *emb;
-    d.vocab = static_cast<int32_t>(tok_embd_->rows);
-    const WeightTensor* out = w.Find("output.weight");
-    output_ = out ? out : tok_embd_;  // tied embedding
-    if (output_->rows != d.vocab || output_->cols != d.hidden) {
-      return absl::InvalidArgumentError("model file: output.weight shape does not match token_embd.weight");
+    if (tok_embd_->rows > hparam_bounds::kMaxVocab) {
+      return absl::InvalidArgumentError(absl::StrCat("model file: tensor token_embd.weight has ", tok_embd_->rows,
+                                                     " rows (vocabulary entries), more than the bound ",
+                                                     hparam_bounds::kMaxVocab));
     }
-    auto norm = w.Get("output_norm.weight", 1, d.hidden);
+    d.vocab = static_cast<int32_t>(tok_embd_->rows);
+    // Optional (llama.cpp's "<arch>.vocab_size"): when present it must agree.
+    auto vocab_key = hp.IntOr("vocab_size", d.vocab, {d.vocab, d.vocab, "the rows of token_embd.weight"});
+    if (!vocab_key.ok()) return vocab_key.status();
+    const Dim vocab{d.vocab, "the vocabulary (rows of token_embd.weight) = " + std::to_string(d.vocab)};
+    const Dim hidden = hp.dim("embedding_length", d.hidden);
+    const WeightTensor* out = weights_->Find("output.weight");
+    if (out == nullptr) {
+      output_ = tok_embd_;  // tied embedding
+    } else {
+      auto o = hp.Tensor("output.weight", vocab, hidden);
+      if (!o.ok()) return o.status();
+      output_ = *o;
+    }
+    const Dim one{1, "a norm weight"};
+    auto norm = hp.Tensor("output_norm.weight", one, hidden);
     if (!norm.ok()) return norm.status();
     output_norm_ = *norm;
 
-    const int64_t q_dim = static_cast<int64_t>(d.n_heads) * d.head_dim;
-    const int64_t kv_dim = static_cast<int64_t>(d.n_kv_heads) * d.head_dim;
+    const Dim head_dim = hp.dim("attention.key_length", d.head_dim);
+    const Dim q_dim = hp.dim("attention.head_count", d.n_heads) * head_dim;
+    const Dim kv_dim = hp.dim("attention.head_count_kv", d.n_kv_heads) * head_dim;
+    const Dim ffn = hp.dim("feed_forward_length", cfg_.ffn);
     for (int32_t il = 0; il < d.n_layers; ++il) {
       const std::string p = absl::StrCat("blk.", il, ".");
       LayerWeights lw{};
       struct Want {
         const WeightTensor** dst;
         const char* name;
-        int64_t rows, cols;
+        const Dim& rows;
+        const Dim& cols;
       };
       const Want wants[] = {
-          {&lw.attn_norm, "attn_norm", 1, d.hidden},       {&lw.wq, "attn_q", q_dim, d.hidden},
-          {&lw.wk, "attn_k", kv_dim, d.hidden},            {&lw.wv, "attn_v", kv_dim, d.hidden},
-          {&lw.wo, "attn_output", d.hidden, q_dim},        {&lw.q_norm, "attn_q_norm", 1, d.head_dim},
-          {&lw.k_norm, "attn_k_norm", 1, d.head_dim},      {&lw.post_attn_norm, "post_attention_norm", 1, d.hidden},
-          {&lw.ffn_norm, "ffn_norm", 1, d.hidden},         {&lw.gate, "ffn_gate", cfg_.ffn, d.hidden},
-          {&lw.up, "ffn_up", cfg_.ffn, d.hidden},          {&lw.down, "ffn_down", d.hidden, cfg_.ffn},
-          {&lw.post_ffn_norm, "post_ffw_norm", 1, d.hidden},
+          {&lw.attn_norm, "attn_norm", one, hidden},       {&lw.wq, "attn_q", q_dim, hidden},
+          {&lw.wk, "attn_k", kv_dim, hidden},              {&lw.wv, "attn_v", kv_dim, hidden},
+          {&lw.wo, "attn_output", hidden, q_dim},          {&lw.q_norm, "attn_q_norm", one, head_dim},
+          {&lw.k_norm, "attn_k_norm", one, head_dim},      {&lw.post_attn_norm, "post_attention_norm", one, hidden},
+          {&lw.ffn_norm, "ffn_norm", one, hidden},         {&lw.gate, "ffn_gate", ffn, hidden},
+          {&lw.up, "ffn_up", ffn, hidden},                 {&lw.down, "ffn_down", hidden, ffn},
+          {&lw.post_ffn_norm, "post_ffw_norm", one, hidden},
       };
       for (const Want& want : wants) {
-        auto t = w.Get(p + want.name + ".weight", want.rows, want.cols);
+        auto t = hp.Tensor(p + want.name + ".weight", want.rows, want.cols);
         if (!t.ok()) return t.status();
         *want.dst = *t;
       }

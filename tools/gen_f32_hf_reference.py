@@ -24,7 +24,8 @@ the full 262144-entry row, the top1 - top2 gap, and the logits at 64 fixed "prob
 (so low-ranked entries are compared too). Each case is also re-run as one uncached forward over
 prompt + decode ids; the max |cached - uncached| over the recorded rows is stored (a sanity check on HF's cache).
 
-Interpreter: `python3` (pyenv CPython 3.11) with tools/requirements-reference.txt installed.
+Interpreter: `python3` (pyenv CPython 3.11) with tools/requirements-reference.txt installed, and llama-cpp-python
+from tools/install_llama_cpp.sh (for the long prompt's tokenization).
 Usage: python3 tools/gen_f32_hf_reference.py [--model PATH] [--out PATH]
   --model  default: the path tools/make_f32_model.py prints (it builds the F32 copy when missing)
 Runtime: ~1-2 min on 2 CPU threads, ~8 GB of memory peak.

@@ -2,7 +2,7 @@
 """Generates tests/data/gemma3_tokenizer_reference.json from llama.cpp.
 
 The reference is llama.cpp's tokenizer, driven through llama-cpp-python
-(`pip install llama-cpp-python`) on the real Gemma 3 270M GGUF loaded with
+(installed by tools/install_llama_cpp.sh) on the real Gemma 3 270M GGUF loaded with
 vocab_only=True. For every input string and every (add_bos, parse_special)
 combination it records llama_tokenize's ids, and for the ids it records
 llama_detokenize's bytes with and without rendering special tokens.

@@ -14,10 +14,12 @@ For each fixture config this script
   4. cross-checks the cached decode against one uncached forward over the whole sequence;
   5. writes tests/data/gemma3_tiny_<name>.gguf and tests/data/gemma3_tiny_<name>.json.
 
-Interpreter: `python3` (pyenv CPython 3.11) with tools/requirements-reference.txt installed.
+Interpreter: `python3` (pyenv CPython 3.11) with tools/requirements-reference.txt installed (and
+tools/install_llama_cpp.sh for --check-llamacpp).
 Usage: python3 tools/make_gemma3_fixture.py [--out-dir tests/data] [--only swa,softcap,f16] [--check-llamacpp]
   --check-llamacpp also writes a throwaway llama.cpp-compatible model and compares llama.cpp's logits with HF's
-  (needs llama-cpp-python); it fails when they disagree or when deliberately broken files agree.
+  (needs llama-cpp-python from tools/install_llama_cpp.sh); it fails when they disagree or when deliberately broken
+  files agree.
 """
 
 from __future__ import annotations
@@ -466,7 +468,7 @@ def check_against_llamacpp(out_dir: Path) -> bool:
     try:
         import llama_cpp
     except ImportError as exc:
-        raise SystemExit(f"--check-llamacpp needs llama-cpp-python ({exc})")
+        raise SystemExit(f"--check-llamacpp needs llama-cpp-python ({exc}); run tools/install_llama_cpp.sh")
     spec = FixtureSpec(name="llamacpp_check", seed=4, n_layers=6, sliding_window=4, sliding_window_pattern=6,
                        rope_global=1_000_000.0, rope_local=10_000.0, query_pre_attn_scalar=HEAD_DIM,
                        final_logit_softcapping=30.0, prompt_len=12)

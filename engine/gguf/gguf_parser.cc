@@ -72,8 +72,9 @@ absl::StatusOr<GgufValue> ReadScalar(ByteCursor& c, GgufType t) {
   return GgufValue{t, static_cast<Stored>(*v)};
 }
 
-// Reads one value of wire type `type`; `depth` counts enclosing arrays.
-absl::StatusOr<GgufValue> ReadValue(ByteCursor& c, uint32_t type, int depth) {
+// Reads one value of wire type `type`; `depth` counts enclosing arrays and
+// `array_elements` the array elements read so far in the whole file.
+absl::StatusOr<GgufValue> ReadValue(ByteCursor& c, uint32_t type, int depth, uint64_t& array_elements) {
   const size_t at = c.offset();
   switch (static_cast<GgufType>(type)) {
     case GgufType::kUint8: return ReadScalar<uint8_t, uint64_t>(c, GgufType::kUint8);
@@ -124,10 +125,19 @@ absl::StatusOr<GgufValue> ReadValue(ByteCursor& c, uint32_t type, int depth) {
             " bytes remain, each ", GgufTypeName(static_cast<GgufType>(*elem)),
             " element takes at least ", min_size));
       }
+      // A parsed element takes sizeof(GgufValue) bytes, far more than its
+      // encoding (48 vs 1 for uint8), so the byte check above alone would let
+      // a file's metadata grow ~48x in memory.
+      if (*n > GgufParser::kMaxArrayElements - array_elements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "array length ", *n, " at byte offset ", len_at, " brings the file's metadata arrays past ",
+            GgufParser::kMaxArrayElements, " elements in all (", array_elements, " before it)"));
+      }
+      array_elements += *n;
       GgufArray arr{static_cast<GgufType>(*elem), {}};
       arr.values.reserve(*n);
       for (uint64_t i = 0; i < *n; ++i) {
-        absl::StatusOr<GgufValue> v = ReadValue(c, *elem, depth + 1);
+        absl::StatusOr<GgufValue> v = ReadValue(c, *elem, depth + 1, array_elements);
         if (!v.ok()) return WithContext(v.status(), absl::StrCat("array element ", i));
         arr.values.push_back(*std::move(v));
       }
@@ -165,6 +175,7 @@ absl::Status ParseAlignment(const GgufValue& v, absl::string_view ctx, uint64_t*
 
 absl::Status ParseMetadata(ByteCursor& c, uint64_t n_kv, Parsed& p) {
   p.kv.reserve(n_kv);
+  uint64_t array_elements = 0;
   for (uint64_t i = 0; i < n_kv; ++i) {
     const size_t at = c.offset();
     absl::StatusOr<absl::string_view> key = c.ReadString("key");
@@ -177,7 +188,7 @@ absl::Status ParseMetadata(ByteCursor& c, uint64_t n_kv, Parsed& p) {
     absl::StatusOr<uint32_t> type = c.Read<uint32_t>("value type");
     if (!type.ok()) return WithContext(type.status(), ctx);
     const size_t value_at = c.offset();
-    absl::StatusOr<GgufValue> value = ReadValue(c, *type, 0);
+    absl::StatusOr<GgufValue> value = ReadValue(c, *type, 0, array_elements);
     if (!value.ok()) return WithContext(value.status(), ctx);
     if (*key == "general.alignment") {
       absl::Status s = ParseAlignment(

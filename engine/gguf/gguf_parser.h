@@ -10,7 +10,8 @@
 //                larger than the remaining bytes could encode;
 //   metadata     each key (unique), value type 0..12, values of every type
 //                incl. nested arrays (depth <= kMaxArrayDepth), bools 0 or 1,
-//                array lengths no larger than the remaining bytes could encode;
+//                array lengths no larger than the remaining bytes could encode
+//                and at most kMaxArrayElements array elements in all;
 //                `general.alignment`, when present, an unsigned integer that is
 //                a nonzero power of two (default 32);
 //   tensor infos name (unique), n_dims 1..4, dims in 1..INT64_MAX with an
@@ -45,6 +46,12 @@ class GgufParser {
   // Deepest nesting of arrays accepted (an array of arrays is depth 2). The
   // spec sets no limit; this one bounds recursion on corrupted input.
   static constexpr int kMaxArrayDepth = 8;
+  // Most metadata array elements accepted in one file, nested ones included.
+  // The spec sets no limit; this one bounds the parsed metadata's memory
+  // (each element is a 48-byte GgufValue, whatever its encoded size) to
+  // under 1 GiB. Real files hold ~1M: a 262144-entry vocabulary's tokens,
+  // scores and types, plus up to ~300k BPE merges.
+  static constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
 
   // Parses `size` bytes at `data` (null allowed when size is 0). The result
   // points into `data`, which must outlive it; it does not own the bytes.

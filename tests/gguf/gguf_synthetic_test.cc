@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_parser.h"
 #include "gmock/gmock.h"
@@ -188,6 +189,22 @@ std::string NestedArray(int depth) {
   std::string v = EncArr(wt::kU8, {Enc<uint8_t>(1)});
   for (int d = 1; d < depth; ++d) v = EncArr(wt::kArr, {v});
   return v;
+}
+
+TEST(GgufSyntheticTest, TotalArrayElementsAreBounded) {
+  // 10 elements, then one more than the remaining allowance: the second
+  // array is refused before anything is reserved for it, though its bytes
+  // are all there (one uint8 each).
+  const uint64_t rest = GgufParser::kMaxArrayElements - 10 + 1;
+  GgufWriter w;
+  w.Kv("a.small", wt::kArr, EncArr(wt::kU8, std::vector<std::string>(10, Enc<uint8_t>(1))));
+  w.Kv("a.big", wt::kArr, Enc<uint32_t>(wt::kU8) + Enc<uint64_t>(rest) + std::string(rest, '\x01'));
+  wt::ParsedBuffer p = ParseExact(w.Build());
+  ASSERT_FALSE(p.file.ok());
+  EXPECT_EQ(p.file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wt::Msg(p.file.status()),
+              AllOf(HasSubstr("a.big"), HasSubstr(absl::StrCat("array length ", rest)),
+                    HasSubstr("past 16777216 elements in all (10 before it)")));
 }
 
 TEST(GgufSyntheticTest, NestingDepthIsBounded) {

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,6 +104,135 @@ class GgufWriter {
   std::string kvs_, infos_, data_;
   uint64_t n_kv_ = 0, n_tensors_ = 0;
 };
+
+// One metadata change for RewriteKvs: the pair `key` gets `type` and the
+// pre-encoded `value` (see Enc*), replacing the stored pair or appended when
+// the key is absent; `remove` drops the pair instead.
+struct KvEdit {
+  std::string key;
+  uint32_t type = kU32;
+  std::string value;
+  bool remove = false;
+};
+
+// A copy of the GGUF file `src` with `edits` applied to its metadata. It walks
+// `src` with this writer's own reading of the layout (not the reader under
+// test); tensor infos and data are kept byte for byte, the data section moved
+// to the new aligned end of the infos (tensor offsets are relative to it).
+// Returns an empty vector, with a test failure, when `src` does not walk.
+inline std::vector<uint8_t> RewriteKvs(const std::vector<uint8_t>& src, const std::vector<KvEdit>& edits) {
+  size_t pos = 0;
+  bool ok = true;
+  auto need = [&](uint64_t n) {
+    ok = ok && n <= src.size() - pos;
+    return ok;
+  };
+  auto bytes = [&](uint64_t n) {
+    std::string v;
+    if (need(n)) {
+      v.assign(reinterpret_cast<const char*>(src.data() + pos), n);
+      pos += n;
+    }
+    return v;
+  };
+  auto u32 = [&] {
+    uint32_t v = 0;
+    const std::string b = bytes(4);
+    std::memcpy(&v, b.data(), b.size());
+    return v;
+  };
+  auto u64 = [&] {
+    uint64_t v = 0;
+    const std::string b = bytes(8);
+    std::memcpy(&v, b.data(), b.size());
+    return v;
+  };
+  auto str = [&] { return bytes(u64()); };
+  // Skips one value of wire type `t` (GGUF spec: scalars, strings, arrays).
+  auto skip = [&](auto&& self, uint32_t t) -> void {
+    static constexpr uint64_t kSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    if (t == kStr) {
+      str();
+    } else if (t == kArr) {
+      const uint32_t elem = u32();
+      const uint64_t n = u64();
+      for (uint64_t i = 0; ok && i < n; ++i) self(self, elem);
+    } else if (t < std::size(kSize)) {
+      bytes(kSize[t]);
+    } else {
+      ok = false;
+    }
+  };
+
+  if (!need(24) || std::memcmp(src.data(), "GGUF", 4) != 0) {
+    ADD_FAILURE() << "RewriteKvs: not a GGUF file";
+    return {};
+  }
+  pos = 4;
+  const uint32_t version = u32();
+  const uint64_t n_tensors = u64();
+  const uint64_t n_kv = u64();
+  uint64_t alignment = 32;
+  std::string kvs;
+  uint64_t kept = 0;
+  std::vector<bool> used(edits.size(), false);
+  for (uint64_t i = 0; ok && i < n_kv; ++i) {
+    const size_t start = pos;
+    const std::string key = str();
+    const uint32_t type = u32();
+    if (key == "general.alignment" && type == kU32) {
+      alignment = u32();
+    } else {
+      skip(skip, type);
+    }
+    size_t e = 0;
+    while (e < edits.size() && edits[e].key != key) ++e;
+    if (e == edits.size()) {
+      kvs.append(reinterpret_cast<const char*>(src.data() + start), pos - start);
+      ++kept;
+    } else {
+      used[e] = true;
+      if (!edits[e].remove) {
+        kvs += EncStr(key) + Enc<uint32_t>(edits[e].type) + edits[e].value;
+        ++kept;
+      }
+    }
+  }
+  for (size_t e = 0; e < edits.size(); ++e) {
+    if (!used[e] && !edits[e].remove) {
+      kvs += EncStr(edits[e].key) + Enc<uint32_t>(edits[e].type) + edits[e].value;
+      ++kept;
+    }
+  }
+  const size_t infos_start = pos;
+  for (uint64_t i = 0; ok && i < n_tensors; ++i) {
+    str();
+    const uint32_t n_dims = u32();
+    bytes(uint64_t{n_dims} * 8 + 4 + 8);  // dims, type, offset
+  }
+  if (!ok || alignment == 0) {
+    ADD_FAILURE() << "RewriteKvs: truncated or unknown value type near byte " << pos;
+    return {};
+  }
+  const std::string infos(reinterpret_cast<const char*>(src.data() + infos_start), pos - infos_start);
+  auto align_up = [alignment](uint64_t x) { return (x + alignment - 1) / alignment * alignment; };
+  const size_t data_start = n_tensors > 0 ? align_up(pos) : pos;
+  std::string out = "GGUF" + Enc<uint32_t>(version) + Enc<uint64_t>(n_tensors) + Enc<uint64_t>(kept) + kvs + infos;
+  if (n_tensors > 0) out.resize(align_up(out.size()), '\0');
+  out.append(reinterpret_cast<const char*>(src.data()) + std::min(data_start, src.size()),
+             src.size() - std::min(data_start, src.size()));
+  return std::vector<uint8_t>(out.begin(), out.end());
+}
+
+// The bytes of the file at `path` (empty, with a test failure, if unreadable).
+inline std::vector<uint8_t> ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ADD_FAILURE() << "cannot read " << path;
+    return {};
+  }
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 // Writes `bytes` to a fresh file under the test temp dir; returns its path.
 inline std::string WriteTempFile(const std::vector<uint8_t>& bytes, std::string_view tag) {
