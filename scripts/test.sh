@@ -11,6 +11,18 @@ export DECODED_MODEL_PATH="${DECODED_MODEL_PATH:-$(scripts/fetch_model.sh)}"
 # the tight real-architecture comparison with transformers.
 export DECODED_F32_MODEL_PATH="${DECODED_F32_MODEL_PATH:-$(scripts/fetch_f32_model.sh)}"
 export DECODED_REQUIRE_MODEL=1
+# llama.cpp (llama-cpp-python, built with portable CPU flags) for the check that
+# the committed llama.cpp reference still reproduces here. The first build takes
+# 10-25 minutes on 2 cores; later runs reuse the cached wheel or ccache.
+if [[ "${DECODED_SKIP_LLAMACPP:-0}" != 1 ]]; then
+  rc=0
+  tools/install_llama_cpp.sh || rc=$?
+  if ((rc == 3)); then
+    echo "test: this CPU cannot run the portable llama.cpp build; its reference check is skipped" >&2
+  elif ((rc != 0)); then
+    exit "$rc"
+  fi
+fi
 
 BUILD_DIR=build scripts/build.sh -DDECODED_SANITIZE=OFF
 ctest --test-dir build --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900

@@ -26,8 +26,8 @@
 # Usage: tools/install_llama_cpp.sh   (PYTHON=... picks the interpreter, JOBS=N
 # the build's parallel jobs, default nproc)
 # Idempotent: when the installed libraries are byte-identical to the cached
-# wheel's it only says so. Exit 1 when the CPU lacks one of the instruction
-# sets (the build would crash there) or a step fails.
+# wheel's it only says so. Exit 3 when the CPU lacks one of the instruction
+# sets (the build would crash there), 1 when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,7 +57,7 @@ for f in "${CPU_FLAGS[@]}"; do
 done
 if ((${#missing[@]})); then
   log "this CPU lacks ${missing[*]}; a build with these flags would die with SIGILL here"
-  exit 1
+  exit 3
 fi
 
 wheel=$(ls "$wheel_dir"/llama_cpp_python-"$VERSION"-*.whl 2>/dev/null | head -n1 || true)
