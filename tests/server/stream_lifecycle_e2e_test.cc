@@ -4,6 +4,9 @@
 // turns short. Expected values come from independent runs of the same server
 // (a fresh session on the same context) or from arithmetic on the request.
 #include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,6 +25,7 @@
 #include "proto/decoded.grpc.pb.h"
 #include "server/server.h"
 #include "tests/common/model_path.h"
+#include "tests/gguf/gguf_test_writer.h"
 #include "tests/server/e2e_support.h"
 
 namespace decoded::server {
@@ -414,6 +418,44 @@ TEST(StreamDrainTest, DrainEndsIdleStreamsAndCutsLongTurnsWithAFinalEvent) {
   const std::string body = HttpGet((*server)->metrics_port(), "/metrics");
   EXPECT_EQ(MetricValue(body, "decoded_sessions_total{outcome=\"shutdown\"}"), 2);
   EXPECT_EQ(MetricValue(body, "decoded_sessions_total{outcome=\"error\"}"), 0);
+}
+
+// A model whose numbers make NaN logits (here: a NaN in the final norm's
+// weights, which the loader cannot know is wrong) must not stream tokens
+// sampled from them: the turn ends with INTERNAL, the count of such turns
+// rises, and the server keeps serving.
+TEST(NonFiniteLogitsTest, TurnOfAModelThatMakesNanLogitsEndsWithInternal) {
+  std::vector<uint8_t> bytes = decoded::testing::ReadFileBytes(decoded::testing::TestDataPath("gemma3_tiny_swa.gguf"));
+  decoded::testing::ParsedBuffer parsed = decoded::testing::ParseExact(bytes);
+  ASSERT_TRUE(parsed.file.ok()) << parsed.file.status();
+  const GgufTensorInfo* norm = (*parsed.file)->FindTensor("output_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  ASSERT_EQ(norm->type, DType::kF32);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bytes.data() + (norm->data - parsed.bytes.get()), &nan, sizeof(nan));
+  const std::string path = decoded::testing::WriteTempFile(bytes, "nan_norm");
+
+  serving::EngineOptions eo;
+  eo.model_path = path;
+  eo.context_length = 64;
+  auto server = e2e::StartServer(eo);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Decoder::NewStub(e2e::ChannelTo(**server));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext ctx;
+    auto stream = stub->Generate(&ctx);
+    ASSERT_TRUE(stream->Write(TextTurn("a b c", 4)));
+    TurnResult r = ReadTurn(stream.get());
+    EXPECT_FALSE(r.ended);
+    EXPECT_TRUE(r.ids.empty()) << "a token was sampled from NaN logits";
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+    EXPECT_NE(status.error_message().find("non-finite"), std::string::npos) << status.error_message();
+  }
+  const std::string body = HttpGet((*server)->metrics_port(), "/metrics");
+  EXPECT_EQ(MetricValue(body, "decoded_nonfinite_logits_total"), 2);
+  EXPECT_EQ(e2e::HealthStatus(e2e::ChannelTo(**server).get()), 1);  // still SERVING
+  std::remove(path.c_str());
 }
 
 }  // namespace
