@@ -1,0 +1,111 @@
+// FindInvalidUtf8 against the UTF-8 definition written as data
+// (tests/common/utf8_cases.h): exhaustively over short strings, and by name on
+// hand-picked cases.
+#include "engine/utf8.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gtest/gtest.h"
+#include "tests/common/utf8_cases.h"
+
+namespace decoded {
+namespace {
+
+using testing::ReferenceWellFormedPrefix;
+
+// The offset FindInvalidUtf8 reports, or the length when it finds nothing.
+size_t CheckerPrefix(std::string_view s) {
+  std::optional<Utf8Error> error = FindInvalidUtf8(s);
+  return error ? error->offset : s.size();
+}
+
+Utf8Defect DefectOf(testing::Utf8CaseKind kind) {
+  switch (kind) {
+    case testing::Utf8CaseKind::kStrayContinuation:
+      return Utf8Defect::kStrayContinuation;
+    case testing::Utf8CaseKind::kTruncated:
+      return Utf8Defect::kTruncated;
+    case testing::Utf8CaseKind::kOverlong:
+      return Utf8Defect::kOverlong;
+    case testing::Utf8CaseKind::kSurrogate:
+      return Utf8Defect::kSurrogate;
+    case testing::Utf8CaseKind::kAboveMax:
+      return Utf8Defect::kAboveMax;
+    case testing::Utf8CaseKind::kNeverUsedByte:
+      return Utf8Defect::kNeverUsedByte;
+  }
+  return Utf8Defect::kNeverUsedByte;
+}
+
+TEST(Utf8Test, AgreesWithTheTableOnEveryOneAndTwoByteString) {
+  char b[2];
+  for (int x = 0; x < 256; ++x) {
+    b[0] = static_cast<char>(x);
+    ASSERT_EQ(CheckerPrefix({b, 1}), ReferenceWellFormedPrefix({b, 1})) << std::hex << x;
+    for (int y = 0; y < 256; ++y) {
+      b[1] = static_cast<char>(y);
+      ASSERT_EQ(CheckerPrefix({b, 2}), ReferenceWellFormedPrefix({b, 2})) << std::hex << x << " " << y;
+    }
+  }
+}
+
+// Strings starting with an ASCII or continuation byte reduce to the two-byte
+// case above, so the three-byte sweep starts at the first lead byte.
+TEST(Utf8Test, AgreesWithTheTableOnEveryThreeByteStringStartingWithALeadByte) {
+  char b[3];
+  for (int x = 0xC0; x < 256; ++x) {
+    b[0] = static_cast<char>(x);
+    for (int y = 0; y < 256; ++y) {
+      b[1] = static_cast<char>(y);
+      for (int z = 0; z < 256; ++z) {
+        b[2] = static_cast<char>(z);
+        ASSERT_EQ(CheckerPrefix({b, 3}), ReferenceWellFormedPrefix({b, 3}))
+            << std::hex << x << " " << y << " " << z;
+      }
+    }
+  }
+}
+
+// Four-byte leads with every second byte, and the continuation-range edges
+// (and one byte past each) as third and fourth bytes.
+TEST(Utf8Test, AgreesWithTheTableOnFourByteSequences) {
+  const int edges[] = {0x7F, 0x80, 0xBF, 0xC0};
+  char b[4];
+  for (int x = 0xF0; x < 256; ++x) {
+    b[0] = static_cast<char>(x);
+    for (int y = 0; y < 256; ++y) {
+      b[1] = static_cast<char>(y);
+      for (int z : edges) {
+        b[2] = static_cast<char>(z);
+        for (int w : edges) {
+          b[3] = static_cast<char>(w);
+          ASSERT_EQ(CheckerPrefix({b, 4}), ReferenceWellFormedPrefix({b, 4}))
+              << std::hex << x << " " << y << " " << z << " " << w;
+        }
+      }
+    }
+  }
+}
+
+TEST(Utf8Test, NamesTheOffsetAndTheDefectOfEachIllFormedCase) {
+  for (const testing::IllFormedUtf8Case& c : testing::IllFormedUtf8Cases()) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(ReferenceWellFormedPrefix(c.bytes), c.offset) << "the case table disagrees with Table 3-7";
+    std::optional<Utf8Error> error = FindInvalidUtf8(c.bytes);
+    ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(error->offset, c.offset);
+    EXPECT_EQ(error->defect, DefectOf(c.kind));
+  }
+}
+
+TEST(Utf8Test, AcceptsWellFormedText) {
+  for (const std::string& s : testing::WellFormedUtf8Cases()) {
+    ASSERT_EQ(ReferenceWellFormedPrefix(s), s.size()) << "the case table disagrees with Table 3-7";
+    EXPECT_FALSE(FindInvalidUtf8(s).has_value()) << s;
+  }
+}
+
+}  // namespace
+}  // namespace decoded
