@@ -24,8 +24,10 @@
 
 namespace decoded::server {
 
-// Generate typed, the unary methods raw. Composed from the generated
-// templates, which register one handler per method on v1::Decoder::Service.
+// Generate is typed (its reactor reads GenerateRequests); the unary methods
+// are raw so that ParseRequest, not gRPC, parses their requests. Composed
+// from the generated templates, each registering its method's handler on
+// v1::Decoder::Service.
 using DecoderServiceBase = v1::Decoder::WithCallbackMethod_Generate<
     v1::Decoder::WithRawCallbackMethod_Tokenize<v1::Decoder::WithRawCallbackMethod_Detokenize<
         v1::Decoder::WithRawCallbackMethod_GetModelInfo<v1::Decoder::Service>>>>;
@@ -48,8 +50,10 @@ class DecoderService final : public DecoderServiceBase {
 
   grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context) override;
-  // Raw unary methods: `request` holds a TokenizeRequest, DetokenizeRequest or
-  // GetModelInfoRequest; `response` receives the serialized response.
+  // Raw unary methods: `request` holds the serialized TokenizeRequest,
+  // DetokenizeRequest or GetModelInfoRequest, `response` receives the
+  // serialized reply (sent only with OK); both are owned by gRPC. Called on
+  // gRPC's callback threads, concurrently.
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,

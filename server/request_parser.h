@@ -17,8 +17,8 @@
 
 namespace decoded::server {
 
-// Parses `wire` into `out` (cleared first; not owned). An invalid, empty
-// ByteBuffer is the empty message.
+// Parses `wire` into `out` (cleared first; not owned). A ByteBuffer with no
+// payload (not Valid()) is the empty message.
 //
 // The fast path is protobuf's normal parse. Only when it fails, a second pass
 // walks the wire format against out's Descriptor (tags, wire types, lengths,
