@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "client/turn_stream.h"
-#include "engine/utf8.h"
+#include "engine/utf8_validation.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/decoded.grpc.pb.h"

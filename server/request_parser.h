@@ -25,9 +25,10 @@ namespace decoded::server {
 // sub-messages) without enforcing UTF-8, to say what is wrong:
 //   INVALID_ARGUMENT "<path> is not valid UTF-8: byte B (0xXX) of N <defect>
 //       (RFC 3629)": the first proto3 `string` field whose bytes are not
-//       well-formed UTF-8 (engine/utf8.h). <path> uses proto field names, and
-//       indices for repeated fields: "turn.messages.messages[1].content",
-//       "turn.stopping.stop_sequences[0]". B counts from 0 within the field.
+//       well-formed UTF-8 (engine/utf8_validation.h). <path> uses proto
+//       field names, and indices for repeated fields:
+//       "turn.messages.messages[1].content", "turn.stopping.stop_sequences[0]".
+//       B counts from 0 within the field.
 //   INVALID_ARGUMENT "malformed <message full name>: <what>" for any other
 //       defect (truncated varint, length past the end, bad wire type for
 //       field N, ...), "the message does not parse" when the pass cannot tell.

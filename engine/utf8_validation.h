@@ -8,8 +8,8 @@
 // also passes protobuf's parser.
 //
 // Pure functions: no allocation, safe from any thread.
-#ifndef DECODED_ENGINE_UTF8_H_
-#define DECODED_ENGINE_UTF8_H_
+#ifndef DECODED_ENGINE_UTF8_VALIDATION_H_
+#define DECODED_ENGINE_UTF8_VALIDATION_H_
 
 #include <cstddef>
 #include <optional>
@@ -44,4 +44,4 @@ std::string_view Utf8DefectDescription(Utf8Defect defect);
 
 }  // namespace decoded
 
-#endif  // DECODED_ENGINE_UTF8_H_
+#endif  // DECODED_ENGINE_UTF8_VALIDATION_H_

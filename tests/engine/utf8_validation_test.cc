@@ -1,7 +1,7 @@
 // FindInvalidUtf8 against the UTF-8 definition written as data
 // (tests/common/utf8_cases.h): exhaustively over short strings, and by name on
 // hand-picked cases.
-#include "engine/utf8.h"
+#include "engine/utf8_validation.h"
 
 #include <optional>
 #include <string>
@@ -39,7 +39,7 @@ Utf8Defect DefectOf(testing::Utf8CaseKind kind) {
   return Utf8Defect::kNeverUsedByte;
 }
 
-TEST(Utf8Test, AgreesWithTheTableOnEveryOneAndTwoByteString) {
+TEST(Utf8ValidationTest, AgreesWithTheTableOnEveryOneAndTwoByteString) {
   char b[2];
   for (int x = 0; x < 256; ++x) {
     b[0] = static_cast<char>(x);
@@ -53,7 +53,7 @@ TEST(Utf8Test, AgreesWithTheTableOnEveryOneAndTwoByteString) {
 
 // Strings starting with an ASCII or continuation byte reduce to the two-byte
 // case above, so the three-byte sweep starts at the first lead byte.
-TEST(Utf8Test, AgreesWithTheTableOnEveryThreeByteStringStartingWithALeadByte) {
+TEST(Utf8ValidationTest, AgreesWithTheTableOnEveryThreeByteStringStartingWithALeadByte) {
   char b[3];
   for (int x = 0xC0; x < 256; ++x) {
     b[0] = static_cast<char>(x);
@@ -70,7 +70,7 @@ TEST(Utf8Test, AgreesWithTheTableOnEveryThreeByteStringStartingWithALeadByte) {
 
 // Four-byte leads with every second byte, and the continuation-range edges
 // (and one byte past each) as third and fourth bytes.
-TEST(Utf8Test, AgreesWithTheTableOnFourByteSequences) {
+TEST(Utf8ValidationTest, AgreesWithTheTableOnFourByteSequences) {
   const int edges[] = {0x7F, 0x80, 0xBF, 0xC0};
   char b[4];
   for (int x = 0xF0; x < 256; ++x) {
@@ -89,7 +89,7 @@ TEST(Utf8Test, AgreesWithTheTableOnFourByteSequences) {
   }
 }
 
-TEST(Utf8Test, NamesTheOffsetAndTheDefectOfEachIllFormedCase) {
+TEST(Utf8ValidationTest, NamesTheOffsetAndTheDefectOfEachIllFormedCase) {
   for (const testing::IllFormedUtf8Case& c : testing::IllFormedUtf8Cases()) {
     SCOPED_TRACE(c.name);
     ASSERT_EQ(ReferenceWellFormedPrefix(c.bytes), c.offset) << "the case table disagrees with Table 3-7";
@@ -100,7 +100,7 @@ TEST(Utf8Test, NamesTheOffsetAndTheDefectOfEachIllFormedCase) {
   }
 }
 
-TEST(Utf8Test, AcceptsWellFormedText) {
+TEST(Utf8ValidationTest, AcceptsWellFormedText) {
   for (const std::string& s : testing::WellFormedUtf8Cases()) {
     ASSERT_EQ(ReferenceWellFormedPrefix(s), s.size()) << "the case table disagrees with Table 3-7";
     EXPECT_FALSE(FindInvalidUtf8(s).has_value()) << s;

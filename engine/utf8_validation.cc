@@ -1,4 +1,4 @@
-#include "engine/utf8.h"
+#include "engine/utf8_validation.h"
 
 #include <cstdint>
 
