@@ -17,6 +17,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "proto/decoded.pb.h"
+#include "tests/common/grpc_bytes.h"
 #include "tests/common/utf8_cases.h"
 
 namespace decoded::server {
@@ -24,11 +25,6 @@ namespace {
 
 namespace pb = google::protobuf;
 using FieldPath = std::vector<const pb::FieldDescriptor*>;
-
-grpc::ByteBuffer Wire(const std::string& bytes) {
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
 
 // The input types of the Decoder service's methods.
 std::vector<const pb::Descriptor*> RequestTypes() {
@@ -136,7 +132,7 @@ TEST(RequestParserTest, IllFormedTextInAnyStringFieldNamesTheFieldAndTheByte) {
         SCOPED_TRACE(absl::StrCat(type->full_name(), " ", PathName(path), " ", c.name));
         ASSERT_EQ(testing::ReferenceWellFormedPrefix(c.bytes), c.offset) << "case table disagrees with Table 3-7";
         std::unique_ptr<pb::Message> out = NewMessage(*type);
-        absl::Status s = ParseRequest(Wire(WireWithText(*type, path, c.bytes)), out.get());
+        absl::Status s = ParseRequest(testing::BufferOf(WireWithText(*type, path, c.bytes)), out.get());
         ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
         const std::string expected =
             absl::StrFormat("%s is not valid UTF-8: byte %d (0x%02X) of %d ", PathName(path), c.offset,
@@ -158,7 +154,7 @@ TEST(RequestParserTest, WellFormedTextInAnyStringFieldParses) {
         std::unique_ptr<pb::Message> sent = NewMessage(*type);
         SetAlong(sent.get(), path, 0, text);
         std::unique_ptr<pb::Message> out = NewMessage(*type);
-        ASSERT_TRUE(ParseRequest(Wire(sent->SerializeAsString()), out.get()).ok());
+        ASSERT_TRUE(ParseRequest(testing::BufferOf(sent->SerializeAsString()), out.get()).ok());
         EXPECT_TRUE(pb::util::MessageDifferencer::Equals(*sent, *out));
       }
     }
@@ -193,7 +189,7 @@ TEST(RequestParserTest, TheAnswerDoesNotDependOnHowTheBytesAreSliced) {
 TEST(RequestParserTest, EmptyAndMissingPayloadsAreTheEmptyMessage) {
   v1::TokenizeRequest out;
   out.set_text("stale");
-  ASSERT_TRUE(ParseRequest(Wire(""), &out).ok());
+  ASSERT_TRUE(ParseRequest(testing::BufferOf(""), &out).ok());
   EXPECT_EQ(out.text(), "");
   out.set_text("stale");
   ASSERT_TRUE(ParseRequest(grpc::ByteBuffer(), &out).ok());
@@ -206,10 +202,10 @@ TEST(RequestParserTest, EmptyAndMissingPayloadsAreTheEmptyMessage) {
 TEST(RequestParserTest, UnknownFieldsAndMismatchedWireTypesAreSkippedLikeProtobufDoes) {
   v1::TokenizeRequest out;
   // field 9 (unknown), length 1, byte 0xE9; then text = "ok".
-  EXPECT_TRUE(ParseRequest(Wire("\x4A\x01\xE9\x0A\x02ok"), &out).ok());
+  EXPECT_TRUE(ParseRequest(testing::BufferOf("\x4A\x01\xE9\x0A\x02ok"), &out).ok());
   EXPECT_EQ(out.text(), "ok");
   // text (field 1) as a varint.
-  EXPECT_TRUE(ParseRequest(Wire("\x08\x01"), &out).ok());
+  EXPECT_TRUE(ParseRequest(testing::BufferOf("\x08\x01"), &out).ok());
   EXPECT_EQ(out.text(), "");
 }
 
@@ -257,7 +253,7 @@ TEST(RequestParserTest, MalformedWireIsInvalidArgumentNamingTheDefect) {
   for (const MalformedCase& c : cases) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<pb::Message> out = NewMessage(*c.type);
-    absl::Status s = ParseRequest(Wire(c.wire), out.get());
+    absl::Status s = ParseRequest(testing::BufferOf(c.wire), out.get());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_EQ(s.message(), c.expected);
   }

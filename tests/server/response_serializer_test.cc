@@ -6,17 +6,12 @@
 
 #include "gtest/gtest.h"
 #include "proto/decoded.pb.h"
+#include "tests/common/grpc_bytes.h"
 
 namespace decoded::server {
 namespace {
 
-std::string Bytes(const grpc::ByteBuffer& wire) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(wire.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return bytes;
-}
+using testing::BytesOf;
 
 TEST(ResponseSerializerTest, SmallAndLargeMessagesParseBackEqual) {
   for (int ids : {0, 3, 100000}) {  // empty, one inlined slice, many slices
@@ -25,7 +20,7 @@ TEST(ResponseSerializerTest, SmallAndLargeMessagesParseBackEqual) {
     grpc::ByteBuffer wire;
     ASSERT_TRUE(SerializeResponse(sent, &wire).ok());
     v1::TokenizeResponse back;
-    ASSERT_TRUE(back.ParseFromString(Bytes(wire)));
+    ASSERT_TRUE(back.ParseFromString(BytesOf(wire)));
     EXPECT_EQ(back.ids_size(), ids);
     EXPECT_EQ(std::vector<int32_t>(back.ids().begin(), back.ids().end()),
               std::vector<int32_t>(sent.ids().begin(), sent.ids().end()));
@@ -39,7 +34,7 @@ TEST(ResponseSerializerTest, ReplacesWhatTheBufferHeld) {
   sent.set_text("caf\xC3\xA9");
   ASSERT_TRUE(SerializeResponse(sent, &wire).ok());
   // field 1, length 5, then the text
-  EXPECT_EQ(Bytes(wire), std::string("\x0A\x05" "caf\xC3\xA9"));
+  EXPECT_EQ(BytesOf(wire), std::string("\x0A\x05" "caf\xC3\xA9"));
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "proto/decoded.grpc.pb.h"
 #include "server/server.h"
+#include "tests/common/grpc_bytes.h"
 #include "tests/common/model_path.h"
 #include "tests/server/e2e_support.h"
 
@@ -593,26 +594,17 @@ TEST(ServerAuthTest, RpcsWithoutTheBearerTokenAreUnauthenticated) {
   server->Drain(absl::Seconds(1));
 }
 
-std::string BytesOf(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  return bytes;
-}
-
 // Raw request bytes for `method` of decoded.v1.Decoder, sent as they are (a
 // typed stub would have protobuf vet them first).
 grpc::Status RawUnary(grpc::Channel* channel, const std::string& method, const std::string& request_bytes,
                       std::string* response_bytes = nullptr) {
   grpc::ClientContext ctx;
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ByteBuffer request = testing::BufferOf(request_bytes), response;
   const std::string name = "/decoded.v1.Decoder/" + method;
   grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
       channel, grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx, request,
       &response);
-  if (s.ok() && response_bytes != nullptr) *response_bytes = BytesOf(response);
+  if (s.ok() && response_bytes != nullptr) *response_bytes = testing::BytesOf(response);
   return s;
 }
 
@@ -669,13 +661,12 @@ std::string ReflectionAnswer(grpc::Channel* channel, int request_field, const st
   std::string request(1, static_cast<char>(request_field << 3 | 2));
   request += static_cast<char>(value.size());  // < 128: a one-byte varint
   request += value;
-  grpc::Slice slice(request);
-  grpc::ByteBuffer out(&slice, 1), in;
-  EXPECT_TRUE(stream->Write(out));
+  grpc::ByteBuffer in;
+  EXPECT_TRUE(stream->Write(testing::BufferOf(request)));
   stream->WritesDone();
   std::string answer;
   if (stream->Read(&in)) {
-    const std::vector<std::string> found = LengthDelimitedFields(BytesOf(in), answer_field);
+    const std::vector<std::string> found = LengthDelimitedFields(testing::BytesOf(in), answer_field);
     if (!found.empty()) answer = found.front();
   }
   while (stream->Read(&in)) {
