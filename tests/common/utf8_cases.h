@@ -2,7 +2,8 @@
 // text: the table of well-formed byte sequences (Unicode 15.0 Table 3-7, the
 // same set as RFC 3629 section 4), a reference scan that only matches against
 // that table, and hand-picked ill-formed and well-formed strings with the
-// offsets the definition gives them.
+// offsets the definition gives them (defects named in engine/utf8_validation.h's
+// vocabulary).
 #ifndef DECODED_TESTS_COMMON_UTF8_CASES_H_
 #define DECODED_TESTS_COMMON_UTF8_CASES_H_
 
@@ -11,6 +12,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/utf8_validation.h"
 
 namespace decoded::testing {
 
@@ -57,19 +60,15 @@ inline size_t ReferenceWellFormedPrefix(std::string_view s) {
   return s.size();
 }
 
-// What an ill-formed case breaks (mirrors the checker's vocabulary, so tests
-// can compare the reason too).
-enum class Utf8CaseKind { kStrayContinuation, kTruncated, kOverlong, kSurrogate, kAboveMax, kNeverUsedByte };
-
 struct IllFormedUtf8Case {
   const char* name;
   std::string bytes;
   size_t offset;  // first byte of the first ill-formed sequence
-  Utf8CaseKind kind;
+  Utf8Defect defect;  // what that sequence breaks
 };
 
 inline std::vector<IllFormedUtf8Case> IllFormedUtf8Cases() {
-  using K = Utf8CaseKind;
+  using K = Utf8Defect;
   return {
       {"latin1_e_acute_at_end", "caf\xE9", 3, K::kTruncated},
       {"invalid_byte_at_start", "\xFF" "abc", 0, K::kNeverUsedByte},

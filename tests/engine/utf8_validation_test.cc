@@ -21,24 +21,6 @@ size_t CheckerPrefix(std::string_view s) {
   return error ? error->offset : s.size();
 }
 
-Utf8Defect DefectOf(testing::Utf8CaseKind kind) {
-  switch (kind) {
-    case testing::Utf8CaseKind::kStrayContinuation:
-      return Utf8Defect::kStrayContinuation;
-    case testing::Utf8CaseKind::kTruncated:
-      return Utf8Defect::kTruncated;
-    case testing::Utf8CaseKind::kOverlong:
-      return Utf8Defect::kOverlong;
-    case testing::Utf8CaseKind::kSurrogate:
-      return Utf8Defect::kSurrogate;
-    case testing::Utf8CaseKind::kAboveMax:
-      return Utf8Defect::kAboveMax;
-    case testing::Utf8CaseKind::kNeverUsedByte:
-      return Utf8Defect::kNeverUsedByte;
-  }
-  return Utf8Defect::kNeverUsedByte;
-}
-
 TEST(Utf8ValidationTest, AgreesWithTheTableOnEveryOneAndTwoByteString) {
   char b[2];
   for (int x = 0; x < 256; ++x) {
@@ -96,7 +78,7 @@ TEST(Utf8ValidationTest, NamesTheOffsetAndTheDefectOfEachIllFormedCase) {
     std::optional<Utf8Error> error = FindInvalidUtf8(c.bytes);
     ASSERT_TRUE(error.has_value());
     EXPECT_EQ(error->offset, c.offset);
-    EXPECT_EQ(error->defect, DefectOf(c.kind));
+    EXPECT_EQ(error->defect, c.defect);
   }
 }
 
