@@ -1,21 +1,48 @@
-// Validation of UTF-8 text: where a byte string stops being well-formed and
-// why.
+// Well-formed UTF-8: the rule as data (Utf8LeadOf), and validation that says
+// where a byte string stops being well-formed and why.
 //
-// The rule is RFC 3629 section 4 (the same as Unicode 15 Table 3-7): every
-// code point is encoded in its shortest form (no overlongs), U+D800..U+DFFF
-// (surrogates) are never encoded, and nothing above U+10FFFF is. Protobuf
-// enforces this rule on proto3 `string` fields, so text that passes here
-// also passes protobuf's parser.
+// The rule is RFC 3629 section 4 (the same as the Unicode Standard's Table
+// 3-7): every code point is encoded in its shortest form (no overlongs),
+// U+D800..U+DFFF (surrogates) are never encoded, and nothing above U+10FFFF
+// is. Protobuf enforces this rule on proto3 `string` fields, so text that
+// passes here also passes protobuf's parser. The tokenizer's U+FFFD repair
+// (engine/tokenizer/utf8.h) reads the same rule from Utf8LeadOf.
 //
 // Pure functions: no allocation, safe from any thread.
 #ifndef DECODED_ENGINE_UTF8_VALIDATION_H_
 #define DECODED_ENGINE_UTF8_VALIDATION_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
 namespace decoded {
+
+// What the rule allows for a sequence that starts with a given byte.
+struct Utf8Lead {
+  // Bytes in the sequence: 1 for ASCII, 2..4 after a lead byte, 0 for a byte
+  // that starts no sequence (80..C1, F5..FF).
+  int length;
+  // The range of the second byte when length >= 2. E0, ED, F0 and F4 narrow
+  // it (no overlongs, no surrogates, nothing above U+10FFFF); every other
+  // continuation byte lies in 80..BF.
+  uint8_t second_lo;
+  uint8_t second_hi;
+};
+
+constexpr Utf8Lead Utf8LeadOf(uint8_t byte) {
+  if (byte < 0x80) return {1, 0, 0};
+  if (byte < 0xC2) return {0, 0, 0};
+  if (byte < 0xE0) return {2, 0x80, 0xBF};
+  if (byte == 0xE0) return {3, 0xA0, 0xBF};
+  if (byte == 0xED) return {3, 0x80, 0x9F};
+  if (byte < 0xF0) return {3, 0x80, 0xBF};
+  if (byte == 0xF0) return {4, 0x90, 0xBF};
+  if (byte < 0xF4) return {4, 0x80, 0xBF};
+  if (byte == 0xF4) return {4, 0x80, 0x8F};
+  return {0, 0, 0};
+}
 
 // Why a sequence is ill-formed.
 enum class Utf8Defect {

@@ -1,8 +1,8 @@
-// The UTF-8 definition written as data, for tests of code that validates
-// text: the table of well-formed byte sequences (Unicode 15.0 Table 3-7, the
-// same set as RFC 3629 section 4), a reference scan that only matches against
-// that table, and hand-picked ill-formed and well-formed strings with the
-// offsets the definition gives them (defects named in engine/utf8_validation.h's
+// The UTF-8 definition as data, for tests of code that validates text: the
+// longest well-formed prefix by Table 3-7 of the Unicode Standard (the same
+// set as RFC 3629 section 4; the table is tests/tokenizer/utf8_oracle.h's),
+// and hand-picked ill-formed and well-formed strings with the offsets the
+// definition gives them (defects named in engine/utf8_validation.h's
 // vocabulary).
 #ifndef DECODED_TESTS_COMMON_UTF8_CASES_H_
 #define DECODED_TESTS_COMMON_UTF8_CASES_H_
@@ -14,48 +14,24 @@
 #include <vector>
 
 #include "engine/utf8_validation.h"
+#include "tests/tokenizer/utf8_oracle.h"
 
 namespace decoded::testing {
 
-// One row of Table 3-7: a sequence of `length` bytes, byte k in [lo[k], hi[k]].
-struct WellFormedRow {
-  int length;
-  uint8_t lo[4];
-  uint8_t hi[4];
-};
-
-inline constexpr WellFormedRow kWellFormedUtf8[] = {
-    {1, {0x00}, {0x7F}},                                  // U+0000..U+007F
-    {2, {0xC2, 0x80}, {0xDF, 0xBF}},                      // U+0080..U+07FF
-    {3, {0xE0, 0xA0, 0x80}, {0xE0, 0xBF, 0xBF}},          // U+0800..U+0FFF
-    {3, {0xE1, 0x80, 0x80}, {0xEC, 0xBF, 0xBF}},          // U+1000..U+CFFF
-    {3, {0xED, 0x80, 0x80}, {0xED, 0x9F, 0xBF}},          // U+D000..U+D7FF
-    {3, {0xEE, 0x80, 0x80}, {0xEF, 0xBF, 0xBF}},          // U+E000..U+FFFF
-    {4, {0xF0, 0x90, 0x80, 0x80}, {0xF0, 0xBF, 0xBF, 0xBF}},  // U+10000..U+3FFFF
-    {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},  // U+40000..U+FFFFF
-    {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},  // U+100000..U+10FFFF
-};
-
-// Length of the longest prefix of `s` made of whole rows of the table: the
+// Length of the longest prefix of `s` made of whole rows of Table 3-7: the
 // offset of the first ill-formed sequence, or s.size() when there is none.
 inline size_t ReferenceWellFormedPrefix(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
-    int matched = 0;
-    for (const WellFormedRow& row : kWellFormedUtf8) {
-      if (i + row.length > s.size()) continue;
-      bool in_range = true;
-      for (int k = 0; k < row.length && in_range; ++k) {
-        const uint8_t b = static_cast<uint8_t>(s[i + k]);
-        in_range = b >= row.lo[k] && b <= row.hi[k];
-      }
-      if (in_range) {
-        matched = row.length;
+    int whole = 0;
+    for (const Table37Row& row : kTable37) {
+      if (MatchedPrefix(s.substr(i), row) == row.length) {
+        whole = row.length;
         break;
       }
     }
-    if (matched == 0) return i;
-    i += matched;
+    if (whole == 0) return i;
+    i += whole;
   }
   return s.size();
 }

@@ -1,8 +1,9 @@
-// FindInvalidUtf8 against the UTF-8 definition written as data
-// (tests/common/utf8_cases.h): exhaustively over short strings, and by name on
-// hand-picked cases.
+// Utf8LeadOf and FindInvalidUtf8 against the UTF-8 definition written as
+// data (Table 3-7, tests/common/utf8_cases.h): exhaustively over short
+// strings, and by name on hand-picked cases.
 #include "engine/utf8_validation.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,32 @@ using testing::ReferenceWellFormedPrefix;
 size_t CheckerPrefix(std::string_view s) {
   std::optional<Utf8Error> error = FindInvalidUtf8(s);
   return error ? error->offset : s.size();
+}
+
+// Utf8LeadOf is the rule the validator and the tokenizer's repair share:
+// each byte's sequence length and second-byte range must be Table 3-7's.
+TEST(Utf8ValidationTest, LeadOfEveryByteIsTheTablesRow) {
+  for (int b = 0; b < 256; ++b) {
+    const Utf8Lead lead = Utf8LeadOf(static_cast<uint8_t>(b));
+    int rows = 0;
+    int lo = 256, hi = -1;  // union of the second-byte ranges of the rows b starts
+    for (const testing::Table37Row& row : testing::kTable37) {
+      if (b < row.bytes[0].lo || b > row.bytes[0].hi) continue;
+      ++rows;
+      EXPECT_EQ(lead.length, row.length) << std::hex << b;
+      if (row.length >= 2) {
+        lo = std::min<int>(lo, row.bytes[1].lo);
+        hi = std::max<int>(hi, row.bytes[1].hi);
+      }
+    }
+    if (rows == 0) {
+      EXPECT_EQ(lead.length, 0) << std::hex << b;
+    }
+    if (lead.length >= 2) {
+      EXPECT_EQ(lead.second_lo, lo) << std::hex << b;
+      EXPECT_EQ(lead.second_hi, hi) << std::hex << b;
+    }
+  }
 }
 
 TEST(Utf8ValidationTest, AgreesWithTheTableOnEveryOneAndTwoByteString) {
