@@ -6,12 +6,22 @@
 //   decoded-cli --perplexity FILE            (JSON with the file's perplexity)
 //   decoded-cli --tokenize --prompt TEXT | decoded-cli --info
 //
-// Errors print the server's status to stderr and exit 1.
+// Exit status:
+//   0  success.
+//   1  the server refused or failed a request, or could not be reached (its
+//      status is printed to stderr); also a flag the flag parser rejects.
+//   2  bad input, refused before anything is sent: an unexpected argument,
+//      no mode given, an unreadable --perplexity file, or text that is not
+//      valid UTF-8 (--prompt, a --stop entry, the --perplexity file). Every
+//      string the protocol carries must be UTF-8 (proto/decoded.proto).
+// In --chat a line that is not UTF-8 is reported and skipped; the chat goes on.
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -21,7 +31,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "client/turn_stream.h"
+#include "engine/utf8_validation.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/decoded.grpc.pb.h"
@@ -127,6 +139,46 @@ void PrintJson(const v1::TokenEvent& t) {
   std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
 }
 
+// Text the protocol carries must be UTF-8; refusing it here gives a shell
+// user the offending byte and a fix instead of the server's error.
+absl::Status CheckUtf8(std::string_view what, std::string_view text) {
+  std::optional<Utf8Error> error = FindInvalidUtf8(text);
+  if (!error) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s is not valid UTF-8 (byte %d is 0x%02X); convert it, e.g. with iconv -f latin1 -t utf-8",
+                      what, error->offset, static_cast<uint8_t>(text[error->offset])));
+}
+
+// What the command line asks for, read and checked before anything is sent.
+struct Input {
+  std::string perplexity_text;  // contents of the --perplexity file
+};
+
+// INVALID_ARGUMENT or NOT_FOUND (exit status 2) when the input is unusable.
+absl::StatusOr<Input> ReadInput() {
+  Input input;
+  const bool has_mode = !absl::GetFlag(FLAGS_prompt).empty() || absl::GetFlag(FLAGS_chat) ||
+                        !absl::GetFlag(FLAGS_perplexity).empty() || absl::GetFlag(FLAGS_tokenize) ||
+                        absl::GetFlag(FLAGS_info);
+  if (!has_mode) {
+    return absl::InvalidArgumentError("give --prompt TEXT, --chat, --perplexity FILE, --tokenize or --info");
+  }
+  if (absl::Status s = CheckUtf8("--prompt", absl::GetFlag(FLAGS_prompt)); !s.ok()) return s;
+  const std::vector<std::string> stops = absl::GetFlag(FLAGS_stop);
+  for (size_t i = 0; i < stops.size(); ++i) {
+    if (absl::Status s = CheckUtf8(absl::StrFormat("--stop entry %d", i), stops[i]); !s.ok()) return s;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_perplexity); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError("cannot read " + path);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    input.perplexity_text = buf.str();
+    if (absl::Status s = CheckUtf8("--perplexity file " + path, input.perplexity_text); !s.ok()) return s;
+  }
+  return input;
+}
+
 absl::Status RunPrompt(Client& client) {
   TurnStream stream(client.stub(), client.token());
   v1::Turn turn = TurnFromFlags();
@@ -142,10 +194,16 @@ absl::Status RunPrompt(Client& client) {
 absl::Status RunChat(Client& client) {
   TurnStream stream(client.stub(), client.token());
   std::string line;
+  int line_number = 0;
   std::cerr << "> " << std::flush;
   while (std::getline(std::cin, line)) {
+    ++line_number;
     if (line.empty()) {
       std::cerr << "> " << std::flush;
+      continue;
+    }
+    if (absl::Status s = CheckUtf8(absl::StrFormat("input line %d", line_number), line); !s.ok()) {
+      std::cerr << "decoded-cli: " << s.message() << "; the line is not sent\n> " << std::flush;
       continue;
     }
     v1::Turn turn = TurnFromFlags();
@@ -163,14 +221,10 @@ absl::Status RunChat(Client& client) {
 
 // Perplexity = exp(mean negative log-likelihood) of the file's tokens, each
 // chunk scored in a fresh session as BOS + chunk (chunk = context - 1 tokens).
-absl::Status RunPerplexity(Client& client, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path);
-  std::stringstream buf;
-  buf << in.rdbuf();
+absl::Status RunPerplexity(Client& client, const std::string& path, const std::string& text) {
   absl::StatusOr<v1::ModelInfo> info = client.Info();
   if (!info.ok()) return info.status();
-  absl::StatusOr<std::vector<int32_t>> ids = client.Tokenize(buf.str(), false, false);
+  absl::StatusOr<std::vector<int32_t>> ids = client.Tokenize(text, false, false);
   if (!ids.ok()) return ids.status();
   if (ids->empty()) return absl::InvalidArgumentError(path + " has no tokens");
   const size_t chunk = static_cast<size_t>(std::max(1, info->session_context_length() - 1));
@@ -201,7 +255,7 @@ absl::Status RunPerplexity(Client& client, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status Main() {
+absl::Status Main(const Input& input) {
   Client client(grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials()));
   if (absl::GetFlag(FLAGS_info)) {
     absl::StatusOr<v1::ModelInfo> info = client.Info();
@@ -216,11 +270,10 @@ absl::Status Main() {
     std::cout << "\n";
     return absl::OkStatus();
   }
-  if (!absl::GetFlag(FLAGS_perplexity).empty()) return RunPerplexity(client, absl::GetFlag(FLAGS_perplexity));
-  if (absl::GetFlag(FLAGS_chat)) return RunChat(client);
-  if (absl::GetFlag(FLAGS_prompt).empty()) {
-    return absl::InvalidArgumentError("give --prompt TEXT, --chat, --perplexity FILE, --tokenize or --info");
+  if (!absl::GetFlag(FLAGS_perplexity).empty()) {
+    return RunPerplexity(client, absl::GetFlag(FLAGS_perplexity), input.perplexity_text);
   }
+  if (absl::GetFlag(FLAGS_chat)) return RunChat(client);
   return RunPrompt(client);
 }
 
@@ -228,20 +281,29 @@ absl::Status Main() {
 }  // namespace decoded::client
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("decoded-cli [--server ADDR] [--prompt TEXT | --chat] [sampling flags]");
+  absl::SetProgramUsageMessage(
+      "decoded-cli [--server ADDR] [--prompt TEXT | --chat] [sampling flags]\n"
+      "Text must be UTF-8. Exit status: 0 success; 1 the server refused or failed a request (or was\n"
+      "unreachable); 2 bad input, refused before sending (e.g. text that is not valid UTF-8).");
   // --help lists this file's flags (absl matches flags by their defining file).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "client/main.cc"); };
   absl::SetFlagsUsageConfig(usage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  constexpr int kServerError = 1, kBadInput = 2;
   if (rest.size() > 1) {
     std::cerr << "decoded-cli: unexpected argument '" << rest[1] << "' (the prompt is given with --prompt)\n";
-    return 1;
+    return kBadInput;
   }
-  absl::Status status = decoded::client::Main();
+  absl::StatusOr<decoded::client::Input> input = decoded::client::ReadInput();
+  if (!input.ok()) {
+    std::cerr << "decoded-cli: " << input.status().message() << "\n";
+    return kBadInput;
+  }
+  absl::Status status = decoded::client::Main(*input);
   if (!status.ok()) {
     std::cerr << "decoded-cli: " << status << "\n";
-    return 1;
+    return kServerError;
   }
   return 0;
 }

@@ -3,6 +3,8 @@
 #include <vector>
 
 #include "server/generate_reactor.h"
+#include "server/request_parser.h"
+#include "server/response_serializer.h"
 #include "server/status_map.h"
 
 namespace decoded::server {
@@ -34,65 +36,78 @@ grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>* DecoderServi
 
 namespace {
 
-// Finishes a unary RPC: with the refusal when the engine is not ready,
-// otherwise with the status `body(engine)` returns.
-template <typename Body>
+// Finishes a raw unary RPC: with the refusal when the engine is not ready,
+// else with the request's parse error, else with the status
+// `body(engine, request, &response)` returns; the response is sent on OK only.
+template <typename Request, typename Response, typename Body>
 grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, serving::Engine* engine,
-                                   const absl::Status& refuse, Body body) {
+                                   const absl::Status& refuse, const grpc::ByteBuffer& request_wire,
+                                   grpc::ByteBuffer* response_wire, Body body) {
+  absl::Status status = refuse;
+  if (engine != nullptr) {
+    Request request;
+    Response response;
+    status = ParseRequest(request_wire, &request);
+    if (status.ok()) status = body(*engine, request, &response);
+    if (status.ok()) status = SerializeResponse(response, response_wire);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(engine == nullptr ? refuse : body(*engine)));
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
 }  // namespace
 
 grpc::ServerUnaryReactor* DecoderService::Tokenize(grpc::CallbackServerContext* context,
-                                                   const v1::TokenizeRequest* request,
-                                                   v1::TokenizeResponse* response) {
+                                                   const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);
-  return RunUnary(context, engine, refuse, [&](serving::Engine& e) {
-    std::vector<int32_t> ids = e.Tokenize(request->text(), request->add_bos(), request->parse_special());
-    response->mutable_ids()->Add(ids.begin(), ids.end());
-    return absl::OkStatus();
-  });
+  return RunUnary<v1::TokenizeRequest, v1::TokenizeResponse>(
+      context, engine, refuse, *request, response,
+      [](serving::Engine& e, const v1::TokenizeRequest& req, v1::TokenizeResponse* resp) {
+        std::vector<int32_t> ids = e.Tokenize(req.text(), req.add_bos(), req.parse_special());
+        resp->mutable_ids()->Add(ids.begin(), ids.end());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* DecoderService::Detokenize(grpc::CallbackServerContext* context,
-                                                     const v1::DetokenizeRequest* request,
-                                                     v1::DetokenizeResponse* response) {
+                                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);
-  return RunUnary(context, engine, refuse, [&](serving::Engine& e) {
-    std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
-    absl::StatusOr<std::string> text = e.Detokenize(ids, request->render_special());
-    if (text.ok()) response->set_text(*text);
-    return text.status();
-  });
+  return RunUnary<v1::DetokenizeRequest, v1::DetokenizeResponse>(
+      context, engine, refuse, *request, response,
+      [](serving::Engine& e, const v1::DetokenizeRequest& req, v1::DetokenizeResponse* resp) {
+        std::vector<int32_t> ids(req.ids().begin(), req.ids().end());
+        absl::StatusOr<std::string> text = e.Detokenize(ids, req.render_special());
+        if (text.ok()) resp->set_text(*text);
+        return text.status();
+      });
 }
 
 grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerContext* context,
-                                                       const v1::GetModelInfoRequest* request,
-                                                       v1::ModelInfo* response) {
+                                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);
-  return RunUnary(context, engine, refuse, [&](serving::Engine& e) {
-    const serving::EngineModelInfo& info = e.ModelInfo();
-    response->set_family(info.family);
-    response->set_name(info.name);
-    response->set_context_length(info.context_length);
-    response->set_vocab_size(info.vocab_size);
-    response->set_n_layers(info.n_layers);
-    response->set_hidden_size(info.hidden_size);
-    response->set_sliding_window(info.sliding_window);
-    response->set_weight_dtype(info.weight_dtype);
-    response->set_device(info.device);
-    response->set_session_context_length(info.session_context_length);
-    response->set_max_sessions(info.max_sessions);
-    response->set_bos_id(info.bos_id);
-    response->set_eos_id(info.eos_id);
-    return absl::OkStatus();
-  });
+  return RunUnary<v1::GetModelInfoRequest, v1::ModelInfo>(
+      context, engine, refuse, *request, response,
+      [](serving::Engine& e, const v1::GetModelInfoRequest&, v1::ModelInfo* resp) {
+        const serving::EngineModelInfo& info = e.ModelInfo();
+        resp->set_family(info.family);
+        resp->set_name(info.name);
+        resp->set_context_length(info.context_length);
+        resp->set_vocab_size(info.vocab_size);
+        resp->set_n_layers(info.n_layers);
+        resp->set_hidden_size(info.hidden_size);
+        resp->set_sliding_window(info.sliding_window);
+        resp->set_weight_dtype(info.weight_dtype);
+        resp->set_device(info.device);
+        resp->set_session_context_length(info.session_context_length);
+        resp->set_max_sessions(info.max_sessions);
+        resp->set_bos_id(info.bos_id);
+        resp->set_eos_id(info.eos_id);
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace decoded::server

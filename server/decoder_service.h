@@ -1,9 +1,15 @@
 // The decoded.v1.Decoder service (callback API): Generate streams plus the
 // unary Tokenize, Detokenize and GetModelInfo.
 //
+// The unary methods are raw (ByteBuffer in and out) and parse with
+// ParseRequest (server/request_parser.h), so a request gRPC could not
+// deserialize, such as a `string` field that is not UTF-8, is answered with
+// INVALID_ARGUMENT naming the field instead of an empty UNIMPLEMENTED.
+//
 // The service exists before the engine: until AttachEngine, and again once
 // StartDraining is called, every new RPC answers UNAVAILABLE; StartDraining
 // also asks every open Generate stream to finish (see GenerateReactor).
+// Authentication and readiness are checked before a request is parsed.
 #ifndef DECODED_SERVER_DECODER_SERVICE_H_
 #define DECODED_SERVER_DECODER_SERVICE_H_
 
@@ -18,7 +24,15 @@
 
 namespace decoded::server {
 
-class DecoderService final : public v1::Decoder::CallbackService {
+// Generate is typed (its reactor reads GenerateRequests); the unary methods
+// are raw so that ParseRequest, not gRPC, parses their requests. Composed
+// from the generated templates, each registering its method's handler on
+// v1::Decoder::Service.
+using DecoderServiceBase = v1::Decoder::WithCallbackMethod_Generate<
+    v1::Decoder::WithRawCallbackMethod_Tokenize<v1::Decoder::WithRawCallbackMethod_Detokenize<
+        v1::Decoder::WithRawCallbackMethod_GetModelInfo<v1::Decoder::Service>>>>;
+
+class DecoderService final : public DecoderServiceBase {
  public:
   // `auth_token` non-empty: every RPC must carry the metadata
   // "authorization: Bearer <auth_token>", else UNAUTHENTICATED.
@@ -36,12 +50,16 @@ class DecoderService final : public v1::Decoder::CallbackService {
 
   grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
-  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
-                                       v1::DetokenizeResponse* response) override;
-  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
-                                         const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
+  // Raw unary methods: `request` holds the serialized TokenizeRequest,
+  // DetokenizeRequest or GetModelInfoRequest, `response` receives the
+  // serialized reply (sent only with OK); both are owned by gRPC. Called on
+  // gRPC's callback threads, concurrently.
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
  private:
   // The engine, or null with the UNAVAILABLE status to answer.

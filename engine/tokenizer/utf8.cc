@@ -1,5 +1,7 @@
 #include "engine/tokenizer/utf8.h"
 
+#include "engine/utf8_validation.h"
+
 namespace decoded {
 
 void Utf8Sanitizer::Append(std::string_view bytes, std::string& out) {
@@ -16,25 +18,18 @@ void Utf8Sanitizer::Append(std::string_view bytes, std::string& out) {
         continue;
       }
       ++i;
-      // Lead bytes of Table 3-7. E0/ED/F0/F4 narrow the range of the second
-      // byte, which excludes overlong forms, surrogates and > U+10FFFF.
-      lower_ = 0x80;
-      upper_ = 0xBF;
-      if (b >= 0xC2 && b <= 0xDF) {
-        length_ = 2;
-      } else if (b >= 0xE0 && b <= 0xEF) {
-        length_ = 3;
-        if (b == 0xE0) lower_ = 0xA0;
-        if (b == 0xED) upper_ = 0x9F;
-      } else if (b >= 0xF0 && b <= 0xF4) {
-        length_ = 4;
-        if (b == 0xF0) lower_ = 0x90;
-        if (b == 0xF4) upper_ = 0x8F;
-      } else {
+      // Lead bytes of Table 3-7 (engine/utf8_validation.h): E0/ED/F0/F4 narrow
+      // the range of the second byte, which excludes overlong forms,
+      // surrogates and > U+10FFFF.
+      const Utf8Lead lead = Utf8LeadOf(b);
+      if (lead.length == 0) {
         // 80..C1, F5..FF start no well-formed sequence: a maximal subpart of one byte.
         out.append(kReplacementCharacter);
         continue;
       }
+      length_ = static_cast<uint8_t>(lead.length);
+      lower_ = lead.second_lo;
+      upper_ = lead.second_hi;
       seq_[held_++] = static_cast<char>(b);
       continue;
     }

@@ -5,6 +5,7 @@
 // Expected outputs come from independent runs of the same server (a solo
 // stream, a single turn over the concatenated tokens), never from the run
 // under test itself.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -13,16 +14,21 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/runtime.h"
 #include "engine/serving/engine.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
 #include "gtest/gtest.h"
 #include "proto/decoded.grpc.pb.h"
 #include "server/server.h"
+#include "tests/common/grpc_bytes.h"
 #include "tests/common/model_path.h"
 #include "tests/server/e2e_support.h"
 
@@ -586,6 +592,109 @@ TEST(ServerAuthTest, RpcsWithoutTheBearerTokenAreUnauthenticated) {
   EXPECT_TRUE(ok_stream->Finish().ok());
   EXPECT_TRUE(ended);
   server->Drain(absl::Seconds(1));
+}
+
+// Raw request bytes for `method` of decoded.v1.Decoder, sent as they are (a
+// typed stub would have protobuf vet them first).
+grpc::Status RawUnary(grpc::Channel* channel, const std::string& method, const std::string& request_bytes,
+                      std::string* response_bytes = nullptr) {
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request = testing::BufferOf(request_bytes), response;
+  const std::string name = "/decoded.v1.Decoder/" + method;
+  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel, grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx, request,
+      &response);
+  if (s.ok() && response_bytes != nullptr) *response_bytes = testing::BytesOf(response);
+  return s;
+}
+
+TEST_F(ServerE2eTest, TokenizeWithLatin1TextIsInvalidArgumentAndTheServerKeepsServing) {
+  // TokenizeRequest{text: "caf" 0xE9}: field 1, length 4.
+  const grpc::Status s = RawUnary(channel_->get(), "Tokenize", std::string("\x0A\x04" "caf\xE9"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(s.error_message(), "text is not valid UTF-8: byte 3 (0xE9) of 4")) << s.error_message();
+  // The same text in UTF-8 tokenizes, through the raw and the typed path.
+  std::string reply;
+  ASSERT_TRUE(RawUnary(channel_->get(), "Tokenize", std::string("\x0A\x05" "caf\xC3\xA9"), &reply).ok());
+  v1::TokenizeResponse ids;
+  ASSERT_TRUE(ids.ParseFromString(reply));
+  EXPECT_GT(ids.ids_size(), 0);
+  EXPECT_EQ(std::vector<int32_t>(ids.ids().begin(), ids.ids().end()), Tokenize("caf\xC3\xA9", false));
+}
+
+TEST_F(ServerE2eTest, EveryUnaryRpcAnswersMalformedRequestsWithInvalidArgument) {
+  for (const char* method : {"Tokenize", "Detokenize", "GetModelInfo"}) {
+    // Field 1 with wire type 7, which does not exist.
+    const grpc::Status s = RawUnary(channel_->get(), method, "\x0F");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "malformed decoded.v1.")) << method << ": " << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "bad wire type 7")) << method << ": " << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  EXPECT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.family(), "gemma3");
+}
+
+// Every value of the length-delimited field `number` in the message `bytes`.
+std::vector<std::string> LengthDelimitedFields(const std::string& bytes, int number) {
+  google::protobuf::UnknownFieldSet fields;
+  EXPECT_TRUE(fields.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())));
+  std::vector<std::string> values;
+  for (int i = 0; i < fields.field_count(); ++i) {
+    if (fields.field(i).number() == number) values.push_back(fields.field(i).length_delimited());
+  }
+  return values;
+}
+
+// grpc.reflection.v1alpha over raw bytes: request field 7 (list_services) or
+// 4 (file_containing_symbol); the reply's field 6 (list_services_response) or
+// 4 (file_descriptor_response) holds the answer.
+std::string ReflectionAnswer(grpc::Channel* channel, int request_field, const std::string& value, int answer_field) {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel,
+          grpc::internal::RpcMethod("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                    grpc::internal::RpcMethod::BIDI_STREAMING),
+          &ctx));
+  std::string request(1, static_cast<char>(request_field << 3 | 2));
+  request += static_cast<char>(value.size());  // < 128: a one-byte varint
+  request += value;
+  grpc::ByteBuffer in;
+  EXPECT_TRUE(stream->Write(testing::BufferOf(request)));
+  stream->WritesDone();
+  std::string answer;
+  if (stream->Read(&in)) {
+    const std::vector<std::string> found = LengthDelimitedFields(testing::BytesOf(in), answer_field);
+    if (!found.empty()) answer = found.front();
+  }
+  while (stream->Read(&in)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  return answer;
+}
+
+TEST_F(ServerE2eTest, ReflectionListsTheDecoderServiceAndItsMethods) {
+  // ListServiceResponse.service (1) -> ServiceResponse.name (1).
+  std::vector<std::string> names;
+  for (const std::string& service : LengthDelimitedFields(ReflectionAnswer(channel_->get(), 7, "*", 6), 1)) {
+    for (const std::string& name : LengthDelimitedFields(service, 1)) names.push_back(name);
+  }
+  EXPECT_NE(std::find(names.begin(), names.end(), "decoded.v1.Decoder"), names.end());
+
+  // FileDescriptorResponse.file_descriptor_proto (1): the file defining the service.
+  std::vector<std::string> methods;
+  for (const std::string& file :
+       LengthDelimitedFields(ReflectionAnswer(channel_->get(), 4, "decoded.v1.Decoder", 4), 1)) {
+    google::protobuf::FileDescriptorProto proto;
+    ASSERT_TRUE(proto.ParseFromString(file));
+    for (const google::protobuf::ServiceDescriptorProto& service : proto.service()) {
+      if (proto.package() != "decoded.v1" || service.name() != "Decoder") continue;
+      for (const google::protobuf::MethodDescriptorProto& m : service.method()) methods.push_back(m.name());
+    }
+  }
+  EXPECT_EQ(methods, (std::vector<std::string>{"Generate", "Tokenize", "Detokenize", "GetModelInfo"}));
 }
 
 }  // namespace

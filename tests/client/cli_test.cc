@@ -1,0 +1,136 @@
+// decoded-cli refuses text that is not UTF-8 before sending it. Runs the
+// built binary with arguments passed as raw bytes (no shell quoting) against
+// an address where no server listens.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace decoded {
+namespace {
+
+// Nothing listens on port 1 of the loopback: a connection is refused at once.
+constexpr char kNoServer[] = "--server=127.0.0.1:1";
+
+struct CliRun {
+  int exit_status = -1;
+  std::string err;  // stderr
+};
+
+// Runs decoded-cli with `args`, feeding `input` on stdin; stdout is discarded.
+CliRun RunCli(const std::vector<std::string>& args, const std::string& input = "") {
+  int in_pipe[2], err_pipe[2];
+  EXPECT_EQ(pipe(in_pipe), 0);
+  EXPECT_EQ(pipe(err_pipe), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclose(&actions, in_pipe[1]);
+  posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
+  std::vector<std::string> argv_strings = {DECODED_CLI_PATH};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  const int spawned = posix_spawn(&pid, DECODED_CLI_PATH, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(in_pipe[0]);
+  close(err_pipe[1]);
+  CliRun run;
+  if (spawned != 0) {
+    ADD_FAILURE() << "cannot run " << DECODED_CLI_PATH;
+    close(in_pipe[1]);
+    close(err_pipe[0]);
+    return run;
+  }
+  // The inputs are far below a pipe's capacity, so writing first cannot block.
+  if (!input.empty()) {
+    EXPECT_EQ(write(in_pipe[1], input.data(), input.size()), static_cast<ssize_t>(input.size()));
+  }
+  close(in_pipe[1]);
+  char buf[4096];
+  for (ssize_t n; (n = read(err_pipe[0], buf, sizeof(buf))) > 0;) run.err.append(buf, n);
+  close(err_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  run.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+TEST(CliTest, PromptThatIsNotUtf8IsRefusedWithExitStatus2) {
+  const CliRun run = RunCli({kNoServer, "--prompt", "caf\xE9"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, "decoded-cli: --prompt is not valid UTF-8 (byte 3 is 0xE9); convert it, "
+                                         "e.g. with iconv -f latin1 -t utf-8"))
+      << run.err;
+}
+
+TEST(CliTest, TokenizeRefusesAPromptThatIsNotUtf8) {
+  const CliRun run = RunCli({kNoServer, "--tokenize", "--prompt", "\xC3\xA9t\xC3"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, "--prompt is not valid UTF-8 (byte 3 is 0xC3)")) << run.err;
+}
+
+TEST(CliTest, StopEntryThatIsNotUtf8IsRefused) {
+  const CliRun run = RunCli({kNoServer, "--prompt", "hi", "--stop", "end,caf\xE9"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, "--stop entry 1 is not valid UTF-8 (byte 3 is 0xE9)")) << run.err;
+}
+
+TEST(CliTest, PerplexityFileThatIsNotUtf8IsRefused) {
+  const std::string path = ::testing::TempDir() + "/cli_test_latin1.txt";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "hello\n caf\xE9 au lait\n";  // 0xE9 is byte 10
+  }
+  const CliRun run = RunCli({kNoServer, "--perplexity", path});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, "--perplexity file " + path + " is not valid UTF-8 (byte 10 is 0xE9)"))
+      << run.err;
+  std::remove(path.c_str());
+}
+
+TEST(CliTest, MissingPerplexityFileIsBadInput) {
+  const CliRun run = RunCli({kNoServer, "--perplexity", ::testing::TempDir() + "/no_such_file.txt"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, "cannot read")) << run.err;
+}
+
+// Two bad lines around an empty one: both are reported, so the chat read on
+// after the first. With no server the session then fails (exit status 1).
+TEST(CliTest, ChatReportsEachNonUtf8LineAndKeepsReading) {
+  const CliRun run = RunCli({kNoServer, "--chat"}, "caf\xE9\n\n\xFF" "bad\n");
+  EXPECT_TRUE(absl::StrContains(run.err, "input line 1 is not valid UTF-8 (byte 3 is 0xE9)")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "input line 3 is not valid UTF-8 (byte 0 is 0xFF)")) << run.err;
+  EXPECT_EQ(run.exit_status, 1);
+}
+
+// The control: well-formed text passes the check and reaches the (absent)
+// server, which is a server error, not bad input.
+TEST(CliTest, Utf8PromptIsSentAndAnUnreachableServerExits1) {
+  const CliRun run = RunCli({kNoServer, "--prompt", "caf\xC3\xA9"});
+  EXPECT_EQ(run.exit_status, 1);
+  EXPECT_FALSE(absl::StrContains(run.err, "UTF-8")) << run.err;
+}
+
+TEST(CliTest, NoModeIsBadInput) {
+  const CliRun run = RunCli({kNoServer});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, "give --prompt TEXT")) << run.err;
+}
+
+}  // namespace
+}  // namespace decoded
