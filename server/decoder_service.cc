@@ -27,7 +27,7 @@ serving::Engine* DecoderService::Ready(const grpc::CallbackServerContext& contex
   return engine;
 }
 
-grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>* DecoderService::Generate(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DecoderService::Generate(
     grpc::CallbackServerContext* context) {
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);

@@ -1,10 +1,10 @@
 // The decoded.v1.Decoder service (callback API): Generate streams plus the
 // unary Tokenize, Detokenize and GetModelInfo.
 //
-// The unary methods are raw (ByteBuffer in and out) and parse with
-// ParseRequest (server/request_parser.h), so a request gRPC could not
-// deserialize, such as a `string` field that is not UTF-8, is answered with
-// INVALID_ARGUMENT naming the field instead of an empty UNIMPLEMENTED.
+// All methods are raw (ByteBuffer in and out) and parse with ParseRequest
+// (server/request_parser.h), so a request gRPC could not deserialize, such as
+// a `string` field that is not UTF-8, is answered with INVALID_ARGUMENT naming
+// the field instead of an empty UNIMPLEMENTED (unary) or a silent OK (stream).
 //
 // The service exists before the engine: until AttachEngine, and again once
 // StartDraining is called, every new RPC answers UNAVAILABLE; StartDraining
@@ -24,11 +24,10 @@
 
 namespace decoded::server {
 
-// Generate is typed (its reactor reads GenerateRequests); the unary methods
-// are raw so that ParseRequest, not gRPC, parses their requests. Composed
-// from the generated templates, each registering its method's handler on
-// v1::Decoder::Service.
-using DecoderServiceBase = v1::Decoder::WithCallbackMethod_Generate<
+// Every method is raw (ByteBuffer in and out) so that ParseRequest, not
+// gRPC, parses requests. Composed from the generated templates, each
+// registering its method's handler on v1::Decoder::Service.
+using DecoderServiceBase = v1::Decoder::WithRawCallbackMethod_Generate<
     v1::Decoder::WithRawCallbackMethod_Tokenize<v1::Decoder::WithRawCallbackMethod_Detokenize<
         v1::Decoder::WithRawCallbackMethod_GetModelInfo<v1::Decoder::Service>>>>;
 
@@ -48,8 +47,9 @@ class DecoderService final : public DecoderServiceBase {
   // The open Generate streams.
   StreamRegistry& streams() { return streams_; }
 
-  grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context) override;
+  // Each read is a serialized GenerateRequest, each write a serialized
+  // GenerateResponse (see GenerateReactor).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context) override;
   // Raw unary methods: `request` holds the serialized TokenizeRequest,
   // DetokenizeRequest or GetModelInfoRequest, `response` receives the
   // serialized reply (sent only with OK); both are owned by gRPC. Called on

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "server/proto_convert.h"
+#include "server/request_parser.h"
+#include "server/response_serializer.h"
 #include "server/status_map.h"
 
 namespace decoded::server {
@@ -31,7 +33,7 @@ GenerateReactor::GenerateReactor(serving::Engine* engine, ServerMetrics* metrics
     Refuse(absl::UnavailableError(kShuttingDown));
     return;
   }
-  StartRead(&request_);
+  StartRead(&read_);
 }
 
 void GenerateReactor::OnReadDone(bool ok) {
@@ -51,8 +53,10 @@ void GenerateReactor::OnReadDone(bool ok) {
 }
 
 void GenerateReactor::HandleRequest() {
-  absl::Status status;
-  if (request_.has_cancel()) {
+  absl::Status status = ParseRequest(read_, &request_);
+  if (!status.ok()) {
+    // Not a GenerateRequest (e.g. text that is not UTF-8).
+  } else if (request_.has_cancel()) {
     status = engine_->CancelTurn(*session_);
   } else if (request_.has_turn()) {
     {
@@ -67,7 +71,7 @@ void GenerateReactor::HandleRequest() {
     status = absl::InvalidArgumentError("a GenerateRequest must carry a turn or a cancel");
   }
   if (status.ok()) {
-    StartRead(&request_);
+    StartRead(&read_);
     return;
   }
   Refuse(status);
@@ -107,31 +111,36 @@ void GenerateReactor::OnToken(const serving::TokenEvent& event) {
   metrics_->TokenGenerated();
   v1::GenerateResponse response;
   TokenEventToProto(event, *engine_, response.mutable_token());
-  const v1::GenerateResponse* write;
+  Outgoing out = Serialize(response, /*token=*/true);
+  const grpc::ByteBuffer* write;
   {
     absl::MutexLock lock(&mu_);
     const auto now = std::chrono::steady_clock::now();
     if (have_last_token_) metrics_->InterToken(std::chrono::duration<double>(now - last_token_).count());
     last_token_ = now;
     have_last_token_ = true;
-    write = QueueLocked(std::move(response));
+    write = QueueLocked(std::move(out));
   }
   if (write != nullptr) StartWrite(write);
 }
 
 void GenerateReactor::OnTurnEnd(const serving::TurnEnd& end) {
   metrics_->TurnEnded(end);
-  const v1::GenerateResponse* write = nullptr;
+  std::optional<Outgoing> out;
+  if (end.reason != serving::FinishReason::kError) {
+    v1::GenerateResponse response;
+    TurnEndToProto(end, response.mutable_turn_end());
+    out = Serialize(response, /*token=*/false);
+  }
+  const grpc::ByteBuffer* write = nullptr;
   std::optional<grpc::Status> finish;
   {
     absl::MutexLock lock(&mu_);
     --turns_in_flight_;
-    if (end.reason == serving::FinishReason::kError) {
+    if (!out) {
       RequestFinishLocked(ToGrpcStatus(end.error));
     } else {
-      v1::GenerateResponse response;
-      TurnEndToProto(end, response.mutable_turn_end());
-      write = QueueLocked(std::move(response));
+      write = QueueLocked(*std::move(out));
       if (end.reason == serving::FinishReason::kShutdown) {
         // The TurnEnd (SHUTDOWN) goes out first, so the client can tell a
         // shutdown from a broken connection.
@@ -148,14 +157,14 @@ void GenerateReactor::OnTurnEnd(const serving::TurnEnd& end) {
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
-  const v1::GenerateResponse* write = nullptr;
+  const grpc::ByteBuffer* write = nullptr;
   std::optional<grpc::Status> finish;
   bool consumed_token = false;
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!writes_.empty()) {
-      consumed_token = ok && writes_.front().has_token();
+      consumed_token = ok && writes_.front().token;
       writes_.pop_front();
     }
     if (!ok) {
@@ -164,7 +173,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
       RequestFinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
     } else if (!writes_.empty() && !finish_called_) {
       writing_ = true;
-      write = &writes_.front();
+      write = &writes_.front().wire;
     }
     finish = TakeFinishLocked();
   }
@@ -233,12 +242,19 @@ void GenerateReactor::Unref() {
   if (refs_.fetch_sub(1) == 1) delete this;
 }
 
-const v1::GenerateResponse* GenerateReactor::QueueLocked(v1::GenerateResponse response) {
+GenerateReactor::Outgoing GenerateReactor::Serialize(const v1::GenerateResponse& response, bool token) {
+  Outgoing out{grpc::ByteBuffer(), token};
+  // Fails only above protobuf's 2 GiB limit, which one event cannot reach.
+  SerializeResponse(response, &out.wire).IgnoreError();
+  return out;
+}
+
+const grpc::ByteBuffer* GenerateReactor::QueueLocked(Outgoing out) {
   if (finish_status_) return nullptr;  // finishing: nothing more goes out
-  writes_.push_back(std::move(response));
+  writes_.push_back(std::move(out));
   if (writing_) return nullptr;
   writing_ = true;
-  return &writes_.front();
+  return &writes_.front().wire;
 }
 
 void GenerateReactor::RequestFinishLocked(const grpc::Status& status, bool keep_unsent) {

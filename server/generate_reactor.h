@@ -6,10 +6,13 @@
 // Life of a stream:
 //   constructor   opens the engine session (or finishes at once with its
 //                 status: RESOURCE_EXHAUSTED, UNAVAILABLE) and starts a read.
-//   OnReadDone    hands a turn to the engine (SubmitTurn) or cancels the
-//                 running turn, then reads on; a refused turn finishes the
-//                 stream with the engine's status. A half-close finishes the
-//                 stream with OK once the submitted turns have ended.
+//   OnReadDone    parses the request (ParseRequest: a malformed one, such
+//                 as text that is not UTF-8, finishes the stream with
+//                 INVALID_ARGUMENT naming the field), hands a turn to the
+//                 engine (SubmitTurn) or cancels the running turn, then reads
+//                 on; a refused turn finishes the stream with the engine's
+//                 status. A half-close finishes the stream with OK once the
+//                 submitted turns have ended.
 //   OnToken/OnTurnEnd (engine worker threads, as the TurnSink) queue
 //                 responses; one write is outstanding at a time.
 //   OnWriteDone   tells the engine a token event was consumed (the session
@@ -44,7 +47,9 @@
 
 namespace decoded::server {
 
-class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest, v1::GenerateResponse>,
+// Reads and writes are raw: requests are parsed by ParseRequest, responses
+// serialized by SerializeResponse.
+class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                               public serving::TurnSink,
                               public DrainableStream {
  public:
@@ -79,8 +84,15 @@ class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest
   // Closes the engine session once; the reactor stays alive until the
   // engine has released it.
   void CloseSession();
-  // Queues `response` and returns the message to write now, if any.
-  const v1::GenerateResponse* QueueLocked(v1::GenerateResponse response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A serialized response waiting for, or in, its write.
+  struct Outgoing {
+    grpc::ByteBuffer wire;
+    bool token;  // a TokenEvent: its write consumes one event of the session's credit
+  };
+  // Serializes `response` (outside any lock) for QueueLocked.
+  static Outgoing Serialize(const v1::GenerateResponse& response, bool token);
+  // Queues `out` and returns the buffer to write now, if any.
+  const grpc::ByteBuffer* QueueLocked(Outgoing out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the final status (the first one wins). An error drops the
   // responses not yet written, unless `keep_unsent` (a TurnEnd that must
   // reach the client before the status).
@@ -101,10 +113,11 @@ class GenerateReactor final : public grpc::ServerBidiReactor<v1::GenerateRequest
   // One reference for gRPC (until OnDone), one for the engine session (until
   // its release), and transient ones taken by a drain.
   std::atomic<int> refs_{1};
-  v1::GenerateRequest request_;  // target of the single outstanding read
+  grpc::ByteBuffer read_;         // target of the single outstanding read
+  v1::GenerateRequest request_;   // read_, parsed
 
   absl::Mutex mu_;
-  std::deque<v1::GenerateResponse> writes_ ABSL_GUARDED_BY(mu_);  // front is in flight when writing_
+  std::deque<Outgoing> writes_ ABSL_GUARDED_BY(mu_);  // front is in flight when writing_
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   int turns_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, TurnEnd not yet received (0..2)
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;

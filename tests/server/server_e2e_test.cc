@@ -622,6 +622,40 @@ TEST_F(ServerE2eTest, TokenizeWithLatin1TextIsInvalidArgumentAndTheServerKeepsSe
   EXPECT_EQ(std::vector<int32_t>(ids.ids().begin(), ids.ids().end()), Tokenize("caf\xC3\xA9", false));
 }
 
+// A turn whose text or chat content is not UTF-8 ends its stream with
+// INVALID_ARGUMENT naming the field and the byte (not OK with no events), is
+// counted as an error, and the server keeps serving.
+TEST_F(ServerE2eTest, GenerateWithTextThatIsNotUtf8IsInvalidArgumentNamingTheField) {
+  auto outcome = [&](const char* name) {
+    return e2e::MetricValue(HttpGet(server_->metrics_port(), "/metrics"),
+                            absl::StrCat("decoded_sessions_total{outcome=\"", name, "\"}"));
+  };
+  const double errors_before = outcome("error");
+  v1::GenerateRequest chat = ChatTurn("hello", 2);
+  chat.mutable_turn()->mutable_messages()->add_messages()->set_role("user");
+  chat.mutable_turn()->mutable_messages()->mutable_messages(1)->set_content("ol\xE9!");
+  // (The C++ client logs that it serializes invalid UTF-8, and sends it.)
+  const std::vector<std::pair<v1::GenerateRequest, std::string>> cases = {
+      {TextTurn("caf\xE9", 2), "turn.text is not valid UTF-8: byte 3 (0xE9) of 4"},
+      {chat, "turn.messages.messages[1].content is not valid UTF-8: byte 2 (0xE9) of 4"},
+  };
+  for (const auto& [request, message] : cases) {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Generate(&ctx);
+    stream->Write(request);
+    TurnResult r = ReadTurn(stream.get());
+    EXPECT_FALSE(r.ended);
+    const grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_TRUE(absl::StartsWith(s.error_message(), message)) << s.error_message();
+  }
+  // Counted when gRPC is done with each stream.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (outcome("error") < errors_before + 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(outcome("error"), errors_before + 2);
+  EXPECT_TRUE(Solo(TextTurn("caf\xC3\xA9", 2)).ended);
+}
+
 TEST_F(ServerE2eTest, EveryUnaryRpcAnswersMalformedRequestsWithInvalidArgument) {
   for (const char* method : {"Tokenize", "Detokenize", "GetModelInfo"}) {
     // Field 1 with wire type 7, which does not exist.
