@@ -15,9 +15,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/runtime.h"
 #include "engine/serving/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
+#include "gtest/gtest.h"
 #include "proto/decoded.grpc.pb.h"
 #include "server/server.h"
 
@@ -126,12 +130,60 @@ inline v1::GenerateRequest CancelRequest() {
   return req;
 }
 
-// A server with /metrics on free loopback ports, serving `engine_options`
-// (its on_step feeds the server's metrics).
-inline absl::StatusOr<std::unique_ptr<DecodedServer>> StartServer(serving::EngineOptions engine_options) {
-  ServerOptions so;
+inline v1::GenerateRequest ChatTurn(const std::string& user_content, int max_new_tokens) {
+  v1::GenerateRequest req;
+  v1::ChatMessage* m = req.mutable_turn()->mutable_messages()->add_messages();
+  m->set_role("user");
+  m->set_content(user_content);
+  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
+  return req;
+}
+
+inline std::vector<int32_t> Tokenize(v1::Decoder::Stub& stub, const std::string& text, bool add_bos,
+                                     bool parse_special = true) {
+  grpc::ClientContext ctx;
+  v1::TokenizeRequest req;
+  req.set_text(text);
+  req.set_add_bos(add_bos);
+  req.set_parse_special(parse_special);
+  v1::TokenizeResponse resp;
+  EXPECT_TRUE(stub.Tokenize(&ctx, req, &resp).ok());
+  return {resp.ids().begin(), resp.ids().end()};
+}
+
+// One stream, one turn, half-close; the stream must end OK.
+inline TurnResult Solo(v1::Decoder::Stub& stub, const v1::GenerateRequest& req) {
+  grpc::ClientContext ctx;
+  auto stream = stub.Generate(&ctx);
+  EXPECT_TRUE(stream->Write(req));
+  TurnResult r = ReadTurn(stream.get());
+  stream->WritesDone();
+  grpc::Status s = stream->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  return r;
+}
+
+// Waits until `engine` holds no session and the process no context, binding
+// or KV byte; false at timeout.
+inline bool EngineDrainsToZero(const serving::Engine& engine, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    const EngineCounters c = GetEngineCounters();
+    if (engine.Stats().sessions_active == 0 && c.live_contexts == 0 && c.bound_nodes == 0 && c.kv_bytes == 0) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// A server on a free loopback port (and /metrics on another, unless
+// `server_options` says otherwise), serving `engine_options` (its on_step
+// feeds the server's metrics).
+inline absl::StatusOr<std::unique_ptr<DecodedServer>> StartServer(serving::EngineOptions engine_options,
+                                                                   ServerOptions so = ServerOptions()) {
   so.listen = "127.0.0.1:0";
-  so.metrics_listen = "127.0.0.1:0";
+  if (so.metrics_listen.empty()) so.metrics_listen = "127.0.0.1:0";
   absl::StatusOr<std::unique_ptr<DecodedServer>> server = DecodedServer::Start(so);
   if (!server.ok()) return server.status();
   ServerMetrics* metrics = &(*server)->metrics();

@@ -46,45 +46,20 @@ using e2e::TextTurn;
 using e2e::TokensTurn;
 using e2e::TurnResult;
 
-v1::GenerateRequest ChatTurn(const std::string& user_content, int max_new_tokens) {
-  v1::GenerateRequest req;
-  v1::ChatMessage* m = req.mutable_turn()->mutable_messages()->add_messages();
-  m->set_role("user");
-  m->set_content(user_content);
-  req.mutable_turn()->mutable_stopping()->set_max_new_tokens(max_new_tokens);
-  return req;
-}
+using e2e::ChatTurn;
 
-std::vector<int32_t> TokenizeOn(v1::Decoder::Stub& stub, const std::string& text, bool add_bos, bool parse_special) {
-  grpc::ClientContext ctx;
-  v1::TokenizeRequest req;
-  req.set_text(text);
-  req.set_add_bos(add_bos);
-  req.set_parse_special(parse_special);
-  v1::TokenizeResponse resp;
-  EXPECT_TRUE(stub.Tokenize(&ctx, req, &resp).ok());
-  return {resp.ids().begin(), resp.ids().end()};
-}
-
-// A server of the test's own on a free loopback port, over `eo.model_path`
+// A server of the test's own over `eo.model_path` with a 64-token context
 // (the tiny fixture models load fast); nullptr, with a failure recorded, if
 // it cannot start.
 std::unique_ptr<DecodedServer> StartOwnServer(ServerOptions so, serving::EngineOptions eo) {
-  so.listen = "127.0.0.1:0";
-  auto server = DecodedServer::Start(so);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return nullptr;
   eo.context_length = 64;
-  auto engine = serving::Engine::Create(eo);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return nullptr;
-  (*server)->AttachEngine(*std::move(engine));
-  return *std::move(server);
+  auto server = e2e::StartServer(eo, so);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
 }
 
 std::unique_ptr<v1::Decoder::Stub> StubOf(const DecodedServer& server) {
-  return v1::Decoder::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  return v1::Decoder::NewStub(e2e::ChannelTo(server));
 }
 
 class ServerE2eTest : public ::testing::Test {
@@ -131,20 +106,10 @@ class ServerE2eTest : public ::testing::Test {
   }
 
   std::vector<int32_t> Tokenize(const std::string& text, bool add_bos, bool parse_special = true) {
-    return TokenizeOn(*stub_, text, add_bos, parse_special);
+    return e2e::Tokenize(*stub_, text, add_bos, parse_special);
   }
 
-  // One stream, one turn, half-close, OK status.
-  TurnResult Solo(const v1::GenerateRequest& req) {
-    grpc::ClientContext ctx;
-    auto stream = stub_->Generate(&ctx);
-    EXPECT_TRUE(stream->Write(req));
-    TurnResult r = ReadTurn(stream.get());
-    stream->WritesDone();
-    grpc::Status s = stream->Finish();
-    EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
-    return r;
-  }
+  TurnResult Solo(const v1::GenerateRequest& req) { return e2e::Solo(*stub_, req); }
 
   // Sends `req` on a fresh stream and returns the status the server ends it with.
   grpc::Status StatusOf(const v1::GenerateRequest& req) {
@@ -157,18 +122,8 @@ class ServerE2eTest : public ::testing::Test {
     return stream->Finish();
   }
 
-  // Waits until the engine holds no session, context, binding or KV byte.
   static bool EngineDrainsToZero(absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      const EngineCounters c = GetEngineCounters();
-      if (server_->engine()->Stats().sessions_active == 0 && c.live_contexts == 0 && c.bound_nodes == 0 &&
-          c.kv_bytes == 0) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return false;
+    return e2e::EngineDrainsToZero(*server_->engine(), timeout);
   }
 
   static DecodedServer* server_;
@@ -506,7 +461,7 @@ TEST(ChatContentSpecialsTest, OnlyATrustingEngineParsesSpecialsInContent) {
     ASSERT_NE(server, nullptr);
     auto stub = StubOf(*server);
     auto tokens = [&](const std::string& text, bool add_bos, bool parse_special) {
-      return static_cast<int>(TokenizeOn(*stub, text, add_bos, parse_special).size());
+      return static_cast<int>(e2e::Tokenize(*stub, text, add_bos, parse_special).size());
     };
     const int expected =
         trusted ? tokens("<start_of_turn>user\n" + content + "<end_of_turn>\n<start_of_turn>model\n", true, true)

@@ -74,28 +74,9 @@ class StreamLifecycleTest : public ::testing::Test {
     stub_ = v1::Decoder::NewStub(channel_);
   }
 
-  std::vector<int32_t> Tokenize(const std::string& text, bool add_bos) {
-    grpc::ClientContext ctx;
-    v1::TokenizeRequest req;
-    req.set_text(text);
-    req.set_add_bos(add_bos);
-    req.set_parse_special(true);
-    v1::TokenizeResponse resp;
-    EXPECT_TRUE(stub_->Tokenize(&ctx, req, &resp).ok());
-    return {resp.ids().begin(), resp.ids().end()};
-  }
+  std::vector<int32_t> Tokenize(const std::string& text, bool add_bos) { return e2e::Tokenize(*stub_, text, add_bos); }
 
-  // One stream, one turn, half-close.
-  TurnResult Solo(const v1::GenerateRequest& req) {
-    grpc::ClientContext ctx;
-    auto stream = stub_->Generate(&ctx);
-    EXPECT_TRUE(stream->Write(req));
-    TurnResult r = ReadTurn(stream.get());
-    stream->WritesDone();
-    grpc::Status s = stream->Finish();
-    EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
-    return r;
-  }
+  TurnResult Solo(const v1::GenerateRequest& req) { return e2e::Solo(*stub_, req); }
 
   std::string Metrics() { return HttpGet(server_->metrics_port(), "/metrics"); }
 
@@ -111,18 +92,8 @@ class StreamLifecycleTest : public ::testing::Test {
     return body;
   }
 
-  // Waits until the engine holds no session, context, binding or KV byte.
   static bool EngineDrainsToZero(absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      const EngineCounters c = GetEngineCounters();
-      if (server_->engine()->Stats().sessions_active == 0 && c.live_contexts == 0 && c.bound_nodes == 0 &&
-          c.kv_bytes == 0) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return false;
+    return e2e::EngineDrainsToZero(*server_->engine(), timeout);
   }
 
   static DecodedServer* server_;
@@ -249,11 +220,7 @@ TEST_F(StreamLifecycleTest, UsageAddsUpToTheContextOverTurns) {
   auto stream = stub_->Generate(&ctx);
   std::vector<v1::GenerateRequest> turns = {TextTurn("The capital of France is", 5), TextTurn(" Paris.", 0),
                                             TextTurn(" And of Italy?", 3), TokensTurn({100, 200, 300}, 2)};
-  v1::GenerateRequest chat;
-  v1::ChatMessage* m = chat.mutable_turn()->mutable_messages()->add_messages();
-  m->set_role("user");
-  m->set_content("Say hi.");
-  chat.mutable_turn()->mutable_stopping()->set_max_new_tokens(4);
+  v1::GenerateRequest chat = e2e::ChatTurn("Say hi.", 4);
   chat.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
   turns.push_back(chat);
   int32_t sum = 0, previous = 0;
