@@ -123,8 +123,9 @@ v1::Turn TurnFromFlags() {
 
 void PrintTurnStats(const v1::TurnEnd& end) {
   std::cerr << "\n[" << v1::FinishReason_Name(end.finish_reason()) << "] prompt " << end.usage().prompt_tokens()
-            << " tok, generated " << end.usage().generated_tokens() << " tok, ttft " << end.timings().ttft_ms()
-            << " ms, " << end.timings().mean_inter_token_ms() << " ms/token\n";
+            << " tok, generated " << end.usage().generated_tokens() << " tok, context " << end.usage().context_tokens()
+            << " tok, ttft " << end.timings().ttft_ms() << " ms, " << end.timings().mean_inter_token_ms()
+            << " ms/token\n";
 }
 
 void PrintText(const v1::TokenEvent& t) { std::cout << t.text() << std::flush; }
