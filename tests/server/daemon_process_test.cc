@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -48,8 +49,12 @@ class Daemon {
  public:
   explicit Daemon(std::vector<std::string> flags) {
     log_path_ = ::testing::TempDir() + "decoded_" + std::to_string(getpid()) + "_" + std::to_string(++count_) + ".log";
-    std::vector<std::string> args = {DECODED_DAEMON_PATH, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-                                     "--workers=1", "--threads=1"};
+    // DECODED_DAEMON_BINARY runs the tests against another build of the
+    // daemon (an older one, or the one in a container image).
+    const char* binary = std::getenv("DECODED_DAEMON_BINARY");
+    std::vector<std::string> args = {binary != nullptr && *binary ? binary : DECODED_DAEMON_PATH,
+                                     "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--workers=1",
+                                     "--threads=1"};
     args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
