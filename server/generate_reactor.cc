@@ -36,6 +36,11 @@ GenerateReactor::GenerateReactor(serving::Engine* engine, ServerMetrics* metrics
   StartRead(&read_);
 }
 
+GenerateReactor::~GenerateReactor() {
+  active_.reset();  // the session's outcome is counted before the stream stops counting as open
+  if (session_) registry_->Remove(this);
+}
+
 void GenerateReactor::OnReadDone(bool ok) {
   if (!ok) {
     // The client half-closed (or the call is being cancelled: OnCancel handles that).
@@ -209,7 +214,6 @@ void GenerateReactor::OnCancel() {
 }
 
 void GenerateReactor::OnDone() {
-  if (session_) registry_->Remove(this);
   CloseSession();
   {
     absl::MutexLock lock(&mu_);

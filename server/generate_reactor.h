@@ -27,7 +27,9 @@
 //                 step.
 //   OnDone        closes the session if not yet done.
 // The reactor is deleted when both gRPC (OnDone) and the engine (the
-// session's release: no sink call follows) are done with it.
+// session's release: no sink call follows) are done with it; it stays in the
+// StreamRegistry until then, so a drain that sees no stream has nothing left
+// to release.
 #ifndef DECODED_SERVER_GENERATE_REACTOR_H_
 #define DECODED_SERVER_GENERATE_REACTOR_H_
 
@@ -74,7 +76,9 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   void StartDrain() override;
 
  private:
-  ~GenerateReactor() override = default;
+  // Unregisters from the drain's registry: a stream counts as open until
+  // both gRPC and the engine are done with it.
+  ~GenerateReactor() override;
 
   void HandleRequest();
   // Counts the turn in flight and submits it to the engine (unlocked).

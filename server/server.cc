@@ -128,6 +128,8 @@ void DecodedServer::Drain(absl::Duration period) {
   streams.MarkCancellingAll();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();
+  // A stream cancelled with a step still running is released when it returns.
+  streams.WaitUntilEmpty(end);
 }
 
 void DecodedServer::SetServing(bool serving) {

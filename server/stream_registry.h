@@ -1,6 +1,7 @@
 // The Generate streams a server has open, so a drain can reach each of them.
 //
-// A stream registers when its reactor starts and unregisters in its OnDone.
+// A stream registers when its reactor starts and unregisters when it is
+// deleted (gRPC and the engine are both done with it).
 // StartDrain takes a reference on each stream under the registry lock and
 // calls it without the lock, so a stream may finish (and unregister) inside
 // the call while it stays alive until the call returns.
