@@ -211,8 +211,10 @@ class Engine {
   virtual absl::Status SubmitTurn(SessionId session, const TurnRequest& turn, TurnSink* sink) = 0;
 
   // Ends the running turn with kCancelled before its next step (also when it
-  // waits for its client). No-op when no turn runs. NOT_FOUND for an unknown
-  // session.
+  // waits for its client). A second cancel, sent after a turn was held behind
+  // the first, cancels that held turn: it ends kCancelled without a step. So
+  // every cancel ends the newest turn submitted before it. No-op when no turn
+  // runs. NOT_FOUND for an unknown session.
   virtual absl::Status CancelTurn(SessionId session) = 0;
 
   // Closes a session without waiting: it stops counting against max_sessions

@@ -24,6 +24,7 @@ struct Scheduler::Session {
     PreparedTurn turn;
     TurnSink* sink;
     Clock::time_point accepted;
+    bool cancelled = false;  // a cancel came after it: it ends CANCELLED without a step
   };
   std::optional<Held> held;
   int credits = 0;        // token events the client may still leave unconsumed
@@ -175,9 +176,14 @@ absl::Status Scheduler::Cancel(SessionId id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->closing) return absl::NotFoundError("no such session");
   Session* s = it->second.get();
-  if (s->turn != nullptr && !s->end_request) {
+  if (s->turn == nullptr) return absl::OkStatus();
+  if (!s->end_request) {
     s->end_request = FinishReason::kCancelled;
     MaybeEnqueue(s);  // a turn waiting for its client ends too
+  } else if (s->held) {
+    // The running turn is already ending; this cancel is for the turn held
+    // behind it, which then ends CANCELLED as soon as it starts.
+    s->held->cancelled = true;
   }
   return absl::OkStatus();
 }
@@ -330,7 +336,9 @@ void Scheduler::WorkerLoop() {
         if (std::optional<Session::Held> held = std::exchange(s->held, std::nullopt); held && !s->closing) {
           absl::Status started = shutting_down_ ? absl::UnavailableError("the server is shutting down")
                                                 : StartTurn(s, std::move(held->turn), held->sink, held->accepted);
-          if (!started.ok()) {
+          if (started.ok() && held->cancelled) {
+            s->end_request = FinishReason::kCancelled;
+          } else if (!started.ok()) {
             refused_sink = held->sink;
             refused.reason = FinishReason::kError;
             refused.error = std::move(started);

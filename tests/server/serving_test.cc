@@ -798,6 +798,32 @@ TEST_F(SchedulerTest, TurnSubmittedAfterACancelStartsWhenTheCancelledTurnEnds) {
   EXPECT_EQ(too_long.end().error.code(), absl::StatusCode::kInvalidArgument);
 }
 
+// turn, cancel, turn, cancel: the second cancel is for the held turn, which
+// ends CANCELLED without running (not dropped because the first turn was
+// already ending).
+TEST_F(SchedulerTest, CancelAfterAHeldTurnCancelsTheHeldTurn) {
+  auto sched = MakeScheduler(1, 8, 8, /*context_length=*/32);
+  SessionId a = *sched->Open();
+  RecordingSink first, second;
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(a, Turn({0}, 10), &first).ok());
+  world_.WaitStepsStarted(1);
+  ASSERT_TRUE(sched->Cancel(a).ok());
+  ASSERT_TRUE(sched->Submit(a, Turn({7}, 5), &second).ok());
+  ASSERT_TRUE(sched->Cancel(a).ok());
+  world_.Resume();
+  ASSERT_TRUE(first.WaitEnd() && second.WaitEnd());
+  EXPECT_EQ(first.end().reason, FinishReason::kCancelled);
+  EXPECT_EQ(second.end().reason, FinishReason::kCancelled);
+  EXPECT_TRUE(second.ids().empty());
+  // The held turn's input is not in the context: it never ran. The session
+  // takes a new turn.
+  RecordingSink third;
+  ASSERT_TRUE(sched->Submit(a, Turn({7}, 1), &third).ok());
+  ASSERT_TRUE(third.WaitEnd());
+  EXPECT_EQ(third.end().reason, FinishReason::kLength);
+}
+
 // A client that does not read gets at most max_unconsumed_events events
 // ahead; its session is then not stepped and its worker time goes to others.
 TEST_F(SchedulerTest, SessionWithoutCreditWaitsForItsClient) {
