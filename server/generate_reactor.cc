@@ -64,14 +64,24 @@ void GenerateReactor::HandleRequest() {
   } else if (request_.has_cancel()) {
     status = engine_->CancelTurn(*session_);
   } else if (request_.has_turn()) {
+    std::optional<grpc::Status> finish;
+    bool draining;
     {
       absl::MutexLock lock(&mu_);
-      if (draining_) status = absl::UnavailableError(kShuttingDown);
+      draining = draining_;
+      if (draining) {
+        // The turn is refused by the stream ending UNAVAILABLE, but only once
+        // the turn before it (if any) has sent its TurnEnd: no more reads.
+        FinishIfIdleLocked();
+        finish = TakeFinishLocked();
+      }
     }
-    if (status.ok()) {
-      absl::StatusOr<serving::TurnRequest> turn = TurnFromProto(request_.turn());
-      status = turn.ok() ? SubmitTurn(*turn) : turn.status();
+    if (draining) {
+      FinishOutsideLock(finish);
+      return;
     }
+    absl::StatusOr<serving::TurnRequest> turn = TurnFromProto(request_.turn());
+    status = turn.ok() ? SubmitTurn(*turn) : turn.status();
   } else {
     status = absl::InvalidArgumentError("a GenerateRequest must carry a turn or a cancel");
   }

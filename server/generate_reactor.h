@@ -21,6 +21,9 @@
 //   StartDrain    (server drain) refuses new turns; finishes an idle stream
 //                 at once with UNAVAILABLE, else right after its turn's
 //                 TurnEnd (a turn cut by shutdown ends with SHUTDOWN first).
+//                 A turn sent during the drain stops the reads; it is
+//                 refused by that same UNAVAILABLE, after the TurnEnd of the
+//                 turn before it.
 //   OnCancel      (client gone, deadline, server shutdown) closes the engine
 //                 session without waiting: its queued turn never runs, its
 //                 slot is free at once, its KV cache goes after any running

@@ -343,7 +343,9 @@ TEST_F(StreamLifecycleTest, ClientThatStopsReadingIsNotSteppedUntilItReads) {
 
 // SIGTERM's drain: idle streams end at once with UNAVAILABLE; a turn that
 // outlasts the drain period ends with a TurnEnd whose finish reason is
-// SHUTDOWN, then UNAVAILABLE, and the drain returns within its period.
+// SHUTDOWN, then UNAVAILABLE, and the drain returns within its period. A turn
+// sent during the drain ends the stream UNAVAILABLE only after the turn
+// before it has its TurnEnd.
 TEST(StreamDrainTest, DrainEndsIdleStreamsAndCutsLongTurnsWithAFinalEvent) {
   DECODED_REQUIRE_REAL_MODEL();
   auto server = e2e::StartServer(EngineOptionsForTests());
@@ -361,6 +363,12 @@ TEST(StreamDrainTest, DrainEndsIdleStreamsAndCutsLongTurnsWithAFinalEvent) {
   v1::GenerateResponse first;
   ASSERT_TRUE(long_turn->Read(&first));  // it runs
 
+  // A client that cancels its turn during the drain and sends the next one.
+  grpc::ClientContext resend_ctx;
+  auto resend = stub->Generate(&resend_ctx);
+  ASSERT_TRUE(resend->Write(TextTurn("Count to one thousand:", kContext - 64)));
+  ASSERT_TRUE(resend->Read(&first));
+
   const absl::Duration period = absl::Seconds(3);
   const absl::Time start = absl::Now();
   std::thread drain([&] { (*server)->Drain(period); });
@@ -373,6 +381,19 @@ TEST(StreamDrainTest, DrainEndsIdleStreamsAndCutsLongTurnsWithAFinalEvent) {
   EXPECT_EQ(idle_status.error_code(), grpc::StatusCode::UNAVAILABLE) << idle_status.error_message();
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
 
+  // Its cancelled turn still gets its TurnEnd (CANCELLED); the next turn is
+  // refused by the stream ending UNAVAILABLE.
+  v1::GenerateRequest cancel;
+  cancel.mutable_cancel();
+  ASSERT_TRUE(resend->Write(cancel));
+  resend->Write(TextTurn("And now?", 4));
+  TurnResult cancelled = ReadTurn(resend.get());
+  ASSERT_TRUE(cancelled.ended);
+  EXPECT_EQ(cancelled.end.finish_reason(), v1::CANCELLED);
+  EXPECT_FALSE(resend->Read(&resp));
+  const grpc::Status resend_status = resend->Finish();
+  EXPECT_EQ(resend_status.error_code(), grpc::StatusCode::UNAVAILABLE) << resend_status.error_message();
+
   // The long turn runs on until the cut, then ends with SHUTDOWN.
   TurnResult cut = ReadTurn(long_turn.get());
   ASSERT_TRUE(cut.ended);
@@ -383,7 +404,7 @@ TEST(StreamDrainTest, DrainEndsIdleStreamsAndCutsLongTurnsWithAFinalEvent) {
   std::move(join_drain).Invoke();
   EXPECT_LE(absl::Now() - start, period + absl::Milliseconds(200));
   const std::string body = HttpGet((*server)->metrics_port(), "/metrics");
-  EXPECT_EQ(MetricValue(body, "decoded_sessions_total{outcome=\"shutdown\"}"), 2);
+  EXPECT_EQ(MetricValue(body, "decoded_sessions_total{outcome=\"shutdown\"}"), 3);
   EXPECT_EQ(MetricValue(body, "decoded_sessions_total{outcome=\"error\"}"), 0);
 }
 
