@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 
 namespace decoded::server {
 namespace {
@@ -46,11 +45,13 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   }
 
   server->service_ = std::make_unique<DecoderService>(server->metrics_.get(), options.auth_token);
-  grpc::EnableDefaultHealthCheckService(true);
+  server->health_ = std::make_unique<HealthService>(std::vector<std::string>{v1::Decoder::service_full_name()});
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, creds, &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->health_.get());
   // Keepalive: notice dead clients (and free their sessions) within a minute.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -110,16 +111,18 @@ void DecodedServer::Drain(absl::Duration period) {
     watchdog_.join();
   }
   SetServing(false);
-  // Watchers have been sent NOT_SERVING; shutting the health service down
-  // ends their Watch calls, which would otherwise hold the drain open.
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
+  // Watchers are sent NOT_SERVING and their Watch calls end, which would
+  // otherwise hold the drain open until its cut point.
+  health_->Shutdown();
   service_->StartDraining();
   // Turns still running at the cut point end with SHUTDOWN; the reserve
   // leaves time for their last step (a loaded machine can take a few hundred
-  // ms for one) and their final events, and the last sliver for the teardown
-  // after Drain (measured: ~50 ms), so the process exits within `period`.
+  // ms for one) and their final events, and the last sliver for cancelling
+  // what is left and the teardown after Drain (measured: 50-120 ms on a busy
+  // 2-core host, more when a stream's client stopped reading), so the process
+  // exits within `period`.
   const absl::Duration reserve = std::min(period / 5, absl::Seconds(1));
-  const absl::Duration teardown = std::min(reserve / 4, absl::Milliseconds(100));
+  const absl::Duration teardown = std::min(reserve / 2, absl::Milliseconds(250));
   StreamRegistry& streams = service_->streams();
   if (!streams.WaitUntilEmpty(end - reserve) && engine_ != nullptr) {
     engine_->BeginShutdown();
@@ -132,11 +135,6 @@ void DecodedServer::Drain(absl::Duration period) {
   streams.WaitUntilEmpty(end);
 }
 
-void DecodedServer::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus(serving);
-  health->SetServingStatus(v1::Decoder::service_full_name(), serving);
-}
+void DecodedServer::SetServing(bool serving) { health_->SetServing(serving); }
 
 }  // namespace decoded::server

@@ -7,7 +7,8 @@
 //
 // Drain(period), all within `period`:
 //   at once     health NOT_SERVING for every watcher, then the health service
-//               shuts down, which ends open grpc.health.v1 Watch calls; new
+//               shuts down, which ends open grpc.health.v1 Watch calls
+//               (server/health_service.h); new
 //               RPCs and new turns get UNAVAILABLE; idle Generate streams
 //               end with UNAVAILABLE; a stream whose turn runs ends after
 //               that turn's TurnEnd.
@@ -29,6 +30,7 @@
 #include "engine/serving/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "server/decoder_service.h"
+#include "server/health_service.h"
 #include "server/metrics.h"
 
 namespace decoded::server {
@@ -75,6 +77,7 @@ class DecodedServer {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<DecoderService> service_;
+  std::unique_ptr<HealthService> health_;    // outlives server_ (declared before it)
   std::unique_ptr<serving::Engine> engine_;  // outlives server_ (declared before it)
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

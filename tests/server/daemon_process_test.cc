@@ -212,9 +212,9 @@ class HealthWatch {
   std::thread thread_;
 };
 
-// SIGTERM during a long turn: the turn ends with SHUTDOWN (then UNAVAILABLE),
-// health watchers see NOT_SERVING and their Watch ends, and the process exits
-// 0 within --drain_seconds.
+// SIGTERM during a long turn: health watchers see NOT_SERVING and their Watch
+// ends at once; the turn runs on until the cut point, then ends with SHUTDOWN
+// (then UNAVAILABLE), and the process exits 0 within --drain_seconds.
 TEST(DaemonProcessTest, SigtermCutsARunningTurnAndExitsZeroWithinTheDrainPeriod) {
   DECODED_REQUIRE_REAL_MODEL();
   Daemon daemon(ModelFlags({"--drain_seconds=3"}));
@@ -229,6 +229,12 @@ TEST(DaemonProcessTest, SigtermCutsARunningTurnAndExitsZeroWithinTheDrainPeriod)
   ASSERT_TRUE(stream->Read(&first));
 
   daemon.Signal(SIGTERM);
+  // The Watch ends at once, long before the turn is cut.
+  ASSERT_TRUE(watch.WaitEnded(absl::Seconds(1)));
+  const std::vector<int> statuses = watch.statuses();
+  ASSERT_GE(statuses.size(), 2u);
+  EXPECT_EQ(statuses.front(), 1);  // SERVING
+  EXPECT_EQ(statuses.back(), 2);   // NOT_SERVING before the Watch ended
   TurnResult cut = ReadTurn(stream.get());
   ASSERT_TRUE(cut.ended) << daemon.Log();
   EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
@@ -236,11 +242,6 @@ TEST(DaemonProcessTest, SigtermCutsARunningTurnAndExitsZeroWithinTheDrainPeriod)
   EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
   EXPECT_LE(daemon.exit_time(), absl::Seconds(3) + absl::Milliseconds(300));
   EXPECT_GE(daemon.exit_time(), absl::Seconds(2)) << "the turn was cut long before the drain period's end";
-  ASSERT_TRUE(watch.WaitEnded(absl::Seconds(1)));
-  const std::vector<int> statuses = watch.statuses();
-  ASSERT_GE(statuses.size(), 2u);
-  EXPECT_EQ(statuses.front(), 1);  // SERVING
-  EXPECT_EQ(statuses.back(), 2);   // NOT_SERVING before the Watch ended
 }
 
 // Load balancers keep a Watch open: it must not hold an idle daemon's exit
