@@ -25,11 +25,19 @@ absl::StatusOr<v1::TurnEnd> TurnStream::Run(const v1::Turn& turn,
                                             const std::function<void(const v1::TokenEvent&)>& on_token) {
   v1::GenerateRequest request;
   *request.mutable_turn() = turn;
+  // Every event is acknowledged once handled, so the server generates only a
+  // few events ahead of what this client has printed (a paused terminal
+  // pauses generation).
+  request.mutable_turn()->set_acknowledge_events(true);
   bool sent = stream_->Write(request);
+  v1::GenerateRequest ack;
+  ack.mutable_ack()->set_events(1);
   v1::GenerateResponse response;
   while (sent && stream_->Read(&response)) {
     if (response.has_token()) {
       on_token(response.token());
+      // A failed write means the stream is ending: the next Read says how.
+      stream_->Write(ack);
     } else if (response.has_turn_end()) {
       return response.turn_end();
     }

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 #include "server/proto_convert.h"
 #include "server/request_parser.h"
 #include "server/response_serializer.h"
@@ -63,6 +65,8 @@ void GenerateReactor::HandleRequest() {
     // Not a GenerateRequest (e.g. text that is not UTF-8).
   } else if (request_.has_cancel()) {
     status = engine_->CancelTurn(*session_);
+  } else if (request_.has_ack()) {
+    status = Acknowledge(request_.ack().events());
   } else if (request_.has_turn()) {
     std::optional<grpc::Status> finish;
     bool draining;
@@ -97,6 +101,7 @@ absl::Status GenerateReactor::SubmitTurn(const serving::TurnRequest& turn) {
     absl::MutexLock lock(&mu_);
     ++turns_in_flight_;  // before Submit: the turn may end before it returns
     have_last_token_ = false;
+    if (!acknowledged_events_) acknowledged_events_ = request_.turn().acknowledge_events();
   }
   absl::Status status = engine_->SubmitTurn(*session_, turn, this);
   if (!status.ok()) {
@@ -104,6 +109,22 @@ absl::Status GenerateReactor::SubmitTurn(const serving::TurnRequest& turn) {
     --turns_in_flight_;
   }
   return status;
+}
+
+absl::Status GenerateReactor::Acknowledge(uint32_t events) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!acknowledged_events_.value_or(false)) {
+      return absl::InvalidArgumentError("ack: this stream's first turn did not set acknowledge_events");
+    }
+    if (events == 0 || events > unacknowledged_) {
+      return absl::InvalidArgumentError(absl::StrCat("ack.events = ", events, ": must be in [1, ", unacknowledged_,
+                                                     "], the token events sent and not yet acknowledged"));
+    }
+    unacknowledged_ -= events;
+  }
+  engine_->EventsConsumed(*session_, static_cast<int>(events));
+  return absl::OkStatus();
 }
 
 void GenerateReactor::Refuse(const absl::Status& status) {
@@ -134,6 +155,7 @@ void GenerateReactor::OnToken(const serving::TokenEvent& event) {
     if (have_last_token_) metrics_->InterToken(std::chrono::duration<double>(now - last_token_).count());
     last_token_ = now;
     have_last_token_ = true;
+    ++unacknowledged_;
     write = QueueLocked(std::move(out));
   }
   if (write != nullptr) StartWrite(write);
@@ -179,7 +201,8 @@ void GenerateReactor::OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!writes_.empty()) {
-      consumed_token = ok && writes_.front().token;
+      // With acknowledgements, the client's Ack returns the credit instead.
+      consumed_token = ok && writes_.front().token && !acknowledged_events_.value_or(false);
       writes_.pop_front();
     }
     if (!ok) {

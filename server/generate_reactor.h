@@ -18,6 +18,8 @@
 //   OnWriteDone   tells the engine a token event was consumed (the session
 //                 is stepped only while few of its events are unconsumed)
 //                 and starts the next queued write, or the pending Finish.
+//                 On a stream whose first turn set acknowledge_events, the
+//                 client's Ack messages tell it instead.
 //   StartDrain    (server drain) refuses new turns; finishes an idle stream
 //                 at once with UNAVAILABLE, else right after its turn's
 //                 TurnEnd (a turn cut by shutdown ends with SHUTDOWN first).
@@ -86,6 +88,10 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   void HandleRequest();
   // Counts the turn in flight and submits it to the engine (unlocked).
   absl::Status SubmitTurn(const serving::TurnRequest& turn) ABSL_LOCKS_EXCLUDED(mu_);
+  // An Ack of `events` token events: returns their credit to the engine.
+  // INVALID_ARGUMENT when the stream does not use acknowledgements or the
+  // count is 0 or above the events not yet acknowledged.
+  absl::Status Acknowledge(uint32_t events) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the stream with a refused request's status.
   void Refuse(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Closes the engine session once; the reactor stays alive until the
@@ -127,6 +133,10 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   std::deque<Outgoing> writes_ ABSL_GUARDED_BY(mu_);  // front is in flight when writing_
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   int turns_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, TurnEnd not yet received (0..2)
+  // Flow control chosen by the first turn (Turn.acknowledge_events): credit
+  // comes back with the client's Acks rather than with the transport's writes.
+  std::optional<bool> acknowledged_events_ ABSL_GUARDED_BY(mu_);
+  int64_t unacknowledged_ ABSL_GUARDED_BY(mu_) = 0;  // token events sent, not yet acknowledged
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // OnCancel ran

@@ -228,7 +228,7 @@ class Engine {
   virtual void CloseSession(SessionId session, absl::AnyInvocable<void()> on_released = nullptr) = 0;
 
   // The client has consumed `count` more token events of the session (the
-  // server handed them to the transport). See
+  // transport took them, or the client acknowledged them). See
   // EngineOptions::max_unconsumed_events. Unknown sessions are ignored.
   virtual void EventsConsumed(SessionId session, int count) = 0;
 

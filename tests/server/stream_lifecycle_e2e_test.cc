@@ -341,6 +341,85 @@ TEST_F(StreamLifecycleTest, ClientThatStopsReadingIsNotSteppedUntilItReads) {
   EXPECT_TRUE(idle->Finish().ok());
 }
 
+// With acknowledge_events, what counts is what the client has processed, not
+// what its transport holds: on a channel with gRPC's default (64 KiB, growing)
+// receive window, a client that stops acknowledging is parked after exactly
+// max_unconsumed_events (8) events, and a reader beside it is unaffected.
+TEST_F(StreamLifecycleTest, ClientThatStopsAcknowledgingIsParkedAfterMaxUnconsumedEvents) {
+  ASSERT_TRUE(EngineDrainsToZero(absl::Seconds(10)));
+  grpc::ClientContext idle_ctx;
+  auto idle = stub_->Generate(&idle_ctx);
+  constexpr int kIdleTokens = 40;
+  v1::GenerateRequest turn = TextTurn("Write the numbers from one to a thousand:", kIdleTokens);
+  turn.mutable_turn()->set_acknowledge_events(true);
+  turn.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+  const double generated_start = MetricValue(Metrics(), "decoded_generated_tokens_total");
+  ASSERT_TRUE(idle->Write(turn));
+
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (server_->engine()->Stats().sessions_waiting_for_client == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(server_->engine()->Stats().sessions_waiting_for_client, 1);
+  const double parked_at = MetricValue(Metrics(), "decoded_generated_tokens_total");
+  EXPECT_EQ(parked_at - generated_start, 8);  // EngineOptions::max_unconsumed_events
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(MetricValue(Metrics(), "decoded_generated_tokens_total"), parked_at) << "generated while parked";
+
+  TurnResult reader = Solo(TextTurn("Once upon a time", 24));
+  ASSERT_TRUE(reader.ended);
+  EXPECT_EQ(MetricValue(Metrics(), "decoded_generated_tokens_total"), parked_at + 24);
+
+  // Reading and acknowledging one event at a time delivers the whole turn.
+  v1::GenerateRequest ack;
+  ack.mutable_ack()->set_events(1);
+  v1::GenerateResponse resp;
+  int tokens = 0;
+  bool ended = false;
+  while (!ended && idle->Read(&resp)) {
+    if (resp.has_token()) {
+      ++tokens;
+      ASSERT_TRUE(idle->Write(ack));
+    } else {
+      ended = resp.has_turn_end();
+    }
+  }
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(tokens, kIdleTokens);
+  idle->WritesDone();
+  EXPECT_TRUE(idle->Finish().ok());
+}
+
+// Acks that do not match what was sent end the stream with INVALID_ARGUMENT.
+TEST_F(StreamLifecycleTest, AcksBeyondWhatWasSentAreInvalidArgument) {
+  struct Case {
+    bool acknowledge_events;
+    uint32_t events;
+    const char* message_part;
+  };
+  for (const Case& c : {Case{false, 1, "did not set acknowledge_events"}, Case{true, 3, "[1, 2]"},
+                        Case{true, 0, "[1, 2]"}}) {
+    SCOPED_TRACE(c.events);
+    grpc::ClientContext ctx;
+    auto stream = stub_->Generate(&ctx);
+    v1::GenerateRequest turn = TextTurn("Hello", 2);
+    turn.mutable_turn()->set_acknowledge_events(c.acknowledge_events);
+    turn.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+    ASSERT_TRUE(stream->Write(turn));
+    TurnResult r = ReadTurn(stream.get());
+    ASSERT_TRUE(r.ended);
+    ASSERT_EQ(r.ids.size(), 2u);
+    v1::GenerateRequest ack;
+    ack.mutable_ack()->set_events(c.events);
+    stream->Write(ack);
+    v1::GenerateResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find(c.message_part), std::string::npos) << status.error_message();
+  }
+}
+
 // SIGTERM's drain: idle streams end at once with UNAVAILABLE; a turn that
 // outlasts the drain period ends with a TurnEnd whose finish reason is
 // SHUTDOWN, then UNAVAILABLE, and the drain returns within its period. A turn
