@@ -187,7 +187,7 @@ absl::Status RunPrompt(Client& client) {
   const bool json = absl::GetFlag(FLAGS_eval_logprobs);
   absl::StatusOr<v1::TurnEnd> end = stream.Run(turn, json ? PrintJson : PrintText);
   if (!end.ok()) return end.status();
-  if (!json) std::cout << "\n";
+  if (!json) std::cout << end->text() << "\n";
   PrintTurnStats(*end);
   return stream.Close();
 }
@@ -213,7 +213,7 @@ absl::Status RunChat(Client& client) {
     m->set_content(line);
     absl::StatusOr<v1::TurnEnd> end = stream.Run(turn, PrintText);
     if (!end.ok()) return end.status();
-    std::cout << "\n";
+    std::cout << end->text() << "\n";
     PrintTurnStats(*end);
     std::cerr << "> " << std::flush;
   }

@@ -83,6 +83,7 @@ void TurnEndToProto(const serving::TurnEnd& end, v1::TurnEnd* out) {
   t->set_decode_ms(end.timings.decode_ms);
   t->set_mean_inter_token_ms(end.timings.mean_inter_token_ms);
   out->mutable_prompt_logprobs()->Add(end.prompt_logprobs.begin(), end.prompt_logprobs.end());
+  out->set_text(end.text);
 }
 
 }  // namespace decoded::server

@@ -99,6 +99,11 @@ struct TurnEnd {
   TurnTimings timings;
   // log p(prompt[i+1] | ..prompt[i]) for i in [0, prompt_tokens - 1) when asked.
   std::vector<float> prompt_logprobs;
+  // Text of the turn's tokens that no TokenEvent carried: held back as a
+  // possible stop-sequence start or an incomplete UTF-8 sequence (then
+  // U+FFFD) when the turn was ended from outside (kCancelled, kShutdown).
+  // Empty otherwise: the last TokenEvent carries it. Valid UTF-8.
+  std::string text;
 };
 
 // Receives one turn's events, in order: zero or more OnToken, then exactly one

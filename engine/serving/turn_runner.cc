@@ -174,7 +174,15 @@ void TurnRunner::SampleAndEmit(absl::Span<const float> logits, DecodeContext& ct
   if (reason) out.end = MakeEnd(*reason);
 }
 
-TurnEnd TurnRunner::End(FinishReason reason) { return MakeEnd(reason); }
+TurnEnd TurnRunner::End(FinishReason reason) {
+  TurnEnd end = MakeEnd(reason);
+  // Text held back for a possible stop sequence or an incomplete UTF-8
+  // sequence goes out with the end, so the turn's events spell everything its
+  // tokens put in the context.
+  end.text = stop_matcher_.Push(text_->Flush());
+  if (!stop_matcher_.stopped()) end.text += stop_matcher_.Flush();
+  return end;
+}
 
 std::vector<int32_t> TurnRunner::TakeCarry() {
   std::vector<int32_t> carry;

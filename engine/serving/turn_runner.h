@@ -71,7 +71,8 @@ class TurnRunner {
   StepOutput Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk = kMaxPrefillChunk);
 
   // Ends the turn before its next step with `reason` (kCancelled or
-  // kShutdown); held-back text is dropped.
+  // kShutdown); text held back (stop-sequence prefix, incomplete UTF-8)
+  // goes out as TurnEnd::text.
   TurnEnd End(FinishReason reason);
 
   // Tokens of the context not in the KV cache once the turn has ended: the

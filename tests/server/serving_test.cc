@@ -585,6 +585,23 @@ TEST_F(SchedulerTest, StopSequenceEndsTheTurnAndIsNotEmitted) {
   EXPECT_EQ(sink.ids(), (std::vector<int32_t>{1, 2, 3, 4}));
 }
 
+// Text held back as a possible stop-sequence start is not lost when the turn
+// is cancelled: it comes with the TurnEnd, so the events spell every token
+// the turn put in the context.
+TEST_F(SchedulerTest, CancelledTurnEndCarriesTheTextHeldBack) {
+  auto sched = MakeScheduler(1);
+  SessionId a = *sched->Open();
+  PreparedTurn t = Turn({0}, 10);  // 1 2 3 ... -> "b" "c" "d"
+  t.stopping.stop_sequences = {"bz"};  // "b" could begin it: held back
+  CancelOnFirstToken sink(sched.get(), a);
+  ASSERT_TRUE(sched->Submit(a, t, &sink).ok());
+  ASSERT_TRUE(sink.WaitEnd());
+  EXPECT_EQ(sink.end().reason, FinishReason::kCancelled);
+  EXPECT_EQ(sink.ids(), (std::vector<int32_t>{1}));
+  EXPECT_EQ(sink.text(), "");
+  EXPECT_EQ(sink.end().text, "b");
+}
+
 TEST_F(SchedulerTest, FullContextEndsTheTurn) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/4);
   SessionId a = *sched->Open();
