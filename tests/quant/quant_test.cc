@@ -261,7 +261,7 @@ TEST(QuantDequantize, MatchesGgufPackageOnRealAndSyntheticRows) {
     seen.push_back(c["type"].get<std::string>());
     ++checked_types;
   }
-  for (const char* name : {"q8_0", "q5_0", "q4_K", "q6_K", "f32", "q4_0", "q5_K", "f16", "bf16"}) {
+  for (const char* name : {"q8_0", "q5_0", "q4_K", "q6_K", "f32", "q4_0", "q5_K", "f16", "bf16", "q4_1", "q5_1"}) {
     EXPECT_NE(std::find(seen.begin(), seen.end(), name), seen.end()) << "fixture lacks " << name;
   }
   EXPECT_GT(checked_types, 0);
