@@ -21,6 +21,12 @@ Output (JSON object):
       via numpy (gguf's F16 path), q5_K from random bytes with finite fp16
       d/dmin (gguf-py has no q5_K quantizer), q4_1 / q5_1 from random bytes
       with finite fp16 d and m of either sign, all dequantized by gguf.
+  matmul: [{type, type_id, source, k, rows, m, w_hex (rows weight rows),
+            act_hex (m activation rows, gguf.quants.quantize(.., Q8_0)),
+            want, mag (m*rows, activation-major: float64 dot and sum of
+            |products| of the gguf-dequantized weight and activation rows)}]
+    - q4_1: 7 real rows of blk.0.ffn_down.weight (k 1536, 48 blocks);
+    - q4_1 / q5_1: 7 rows of k 288 (9 blocks: an odd count) quantized by gguf.
   q8_0_activation: {k, input (f32), hex (gguf.quants.quantize(.., Q8_0))}
       input includes blocks whose scaled values land exactly on k+0.5, to pin
       the half-away-from-zero rounding of ggml's reference quantizer.
@@ -50,6 +56,20 @@ def case(qtype, source, raw, k):
     assert values.size == k, (qtype, values.size, k)
     return {"type": qtype.name.lower().replace("_k", "_K"), "type_id": int(qtype), "source": source, "k": k,
             "hex": raw.tobytes().hex(), "values": f32_list(values)}
+
+
+def matmul_case(qtype, source, w_rows, k, act):
+    """w_rows: [rows, row_bytes] uint8; act: [m, k] f32 activations."""
+    w_rows = np.ascontiguousarray(w_rows, dtype=np.uint8)
+    rows = w_rows.shape[0]
+    w = np.asarray(gguf.quants.dequantize(w_rows, qtype), dtype=np.float64).reshape(rows, k)
+    aq = gguf.quants.quantize(act.astype(np.float32), T.Q8_0)
+    a = np.asarray(gguf.quants.dequantize(aq, T.Q8_0), dtype=np.float64).reshape(act.shape[0], k)
+    want = a @ w.T
+    mag = np.abs(a) @ np.abs(w).T
+    return {"type": qtype.name.lower(), "type_id": int(qtype), "source": source, "k": k, "rows": rows,
+            "m": int(act.shape[0]), "w_hex": w_rows.tobytes().hex(), "act_hex": aq.tobytes().hex(),
+            "want": [float(v) for v in want.reshape(-1)], "mag": [float(v) for v in mag.reshape(-1)]}
 
 
 def random_min_blocks(rng, nb, block_bytes):
@@ -131,10 +151,23 @@ def main():
     act[64:96] = 0.0  # all-zero block: d = 0
     q = gguf.quants.quantize(act.reshape(1, -1), T.Q8_0)
 
-    out = {"dequant": cases, "q8_0_activation": {"k": 640, "input": f32_list(act), "hex": q.tobytes().hex()}}
+    # Mat-vec references for the types with a min term (activations Q8_0).
+    matmuls = []
+    k, rows = q4_1_rows["blk.0.ffn_down.weight"]
+    pick = [0, 1, 77, 200, 311, 402, rows.shape[0] - 1]
+    matmuls.append(matmul_case(T.Q4_1, "blk.0.ffn_down.weight rows " + ",".join(map(str, pick)) + " (SmolLM2 Q4_1)",
+                               rows[pick], k, rng_min.standard_normal((5, k)).astype(np.float32)))
+    for qtype in (T.Q4_1, T.Q5_1):
+        wf = (rng_min.standard_normal((7, 288)) * 0.05 + rng_min.standard_normal((7, 1)) * 0.02).astype(np.float32)
+        wq = gguf.quants.quantize(wf, qtype).reshape(7, -1)
+        matmuls.append(matmul_case(qtype, "synthetic 9 blocks", wq, 288,
+                                   (rng_min.standard_normal((5, 288)) * 2.0).astype(np.float32)))
+
+    out = {"dequant": cases, "q8_0_activation": {"k": 640, "input": f32_list(act), "hex": q.tobytes().hex()},
+           "matmul": matmuls}
     with open(args.out, "w") as f:
         json.dump(out, f, separators=(",", ":"))
-    print(f"wrote {args.out}: {len(cases)} rows, {os.path.getsize(args.out)} bytes")
+    print(f"wrote {args.out}: {len(cases)} rows, {len(matmuls)} matmuls, {os.path.getsize(args.out)} bytes")
 
 
 if __name__ == "__main__":
