@@ -5,8 +5,12 @@
 // these structs, which have no padding (static_asserts below). Element order
 // inside a block, per type (q = stored unsigned code):
 //   Q4_0 (18 B): d f16, qs[16]; x[j] = d*((qs[j]&15)-8), x[j+16] = d*((qs[j]>>4)-8).
+//   Q4_1 (20 B): d f16, m f16, qs[16]; x[j] = d*(qs[j]&15) + m,
+//                x[j+16] = d*(qs[j]>>4) + m (m is the block minimum).
 //   Q5_0 (22 B): d f16, qh u32, qs[16]; high bit of element j is bit j of qh,
 //                x = d*((nibble | hbit<<4) - 16).
+//   Q5_1 (24 B): d f16, m f16, qh u32, qs[16]; codes as Q5_0's,
+//                x = d*(nibble | hbit<<4) + m.
 //   Q8_0 (34 B): d f16, qs int8[32]; x[j] = d*qs[j].
 //   Q4_K (144 B): d f16, dmin f16, scales[12] (8 packed 6-bit (sc, m) pairs),
 //                 qs[128]; 64-element chunk c reads qs[32c..32c+31]: low
@@ -29,15 +33,26 @@
 
 namespace decoded::quant::internal {
 
-inline constexpr int kQK = 32;    // elements per Q4_0/Q5_0/Q8_0 block
+inline constexpr int kQK = 32;    // elements per Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 block
 inline constexpr int kQKK = 256;  // elements per K-quant super-block
 
 struct BlockQ4_0 {
   uint16_t d;
   uint8_t qs[kQK / 2];
 };
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
 struct BlockQ5_0 {
   uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
   uint8_t qh[4];
   uint8_t qs[kQK / 2];
 };
@@ -71,14 +86,16 @@ struct BlockQ8_K {
 };
 
 static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
-// Blocks are not naturally aligned inside a row (18/22/34-byte records), so
+// Blocks are not naturally aligned inside a row (18/20/22/24/34-byte records), so
 // multi-byte fields are read with memcpy.
 inline uint32_t LoadU32(const void* p) {
   uint32_t v;

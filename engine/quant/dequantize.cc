@@ -23,6 +23,34 @@ void DequantQ4_0(const BlockQ4_0* b, float* y, int64_t nb) {
   }
 }
 
+// d * q is exact in f32 (an 11-bit fp16 significand times a code below 32),
+// so y = d*q + m is one rounding whether or not the compiler fuses it: the
+// bits of gguf-py's (d * q) + m.
+void DequantQ4_1(const BlockQ4_1* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = HalfToFloat(b[i].d);
+    const float m = HalfToFloat(b[i].m);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = d * static_cast<float>(b[i].qs[j] & 0xF) + m;
+      y[j + 16] = d * static_cast<float>(b[i].qs[j] >> 4) + m;
+    }
+  }
+}
+
+void DequantQ5_1(const BlockQ5_1* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = HalfToFloat(b[i].d);
+    const float m = HalfToFloat(b[i].m);
+    const uint32_t qh = LoadU32(b[i].qh);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = (b[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+      const int hi = (b[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      y[j] = d * static_cast<float>(lo) + m;
+      y[j + 16] = d * static_cast<float>(hi) + m;
+    }
+  }
+}
+
 void DequantQ5_0(const BlockQ5_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += kQK) {
     const float d = HalfToFloat(b[i].d);
@@ -115,8 +143,12 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t k) {
       return;
     case DType::kQ4_0:
       return DequantQ4_0(reinterpret_cast<const BlockQ4_0*>(p), dst, k / kQK);
+    case DType::kQ4_1:
+      return DequantQ4_1(reinterpret_cast<const BlockQ4_1*>(p), dst, k / kQK);
     case DType::kQ5_0:
       return DequantQ5_0(reinterpret_cast<const BlockQ5_0*>(p), dst, k / kQK);
+    case DType::kQ5_1:
+      return DequantQ5_1(reinterpret_cast<const BlockQ5_1*>(p), dst, k / kQK);
     case DType::kQ8_0:
       return DequantQ8_0(reinterpret_cast<const BlockQ8_0*>(p), dst, k / kQK);
     case DType::kQ4_K:

@@ -16,9 +16,11 @@ namespace decoded::quant::internal {
   const uint8_t *w, size_t w_row_bytes, int64_t k, const uint8_t *xq,                 \
       size_t xq_row_bytes, int64_t m, float *y, int64_t ldy, int64_t r0, int64_t r1
 
-// Weights Q4_0 / Q5_0 / Q8_0, activations Q8_0 (matmul_q8_0.cc).
+// Weights Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, activations Q8_0 (matmul_q8_0.cc).
 void MatMulQ4_0(DECODED_QUANT_MATMUL_ARGS);
+void MatMulQ4_1(DECODED_QUANT_MATMUL_ARGS);
 void MatMulQ5_0(DECODED_QUANT_MATMUL_ARGS);
+void MatMulQ5_1(DECODED_QUANT_MATMUL_ARGS);
 void MatMulQ8_0(DECODED_QUANT_MATMUL_ARGS);
 // Weights Q4_K / Q5_K / Q6_K, activations Q8_K (matmul_k.cc).
 void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS);

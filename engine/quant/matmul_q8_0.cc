@@ -1,14 +1,25 @@
-// Q4_0 / Q5_0 / Q8_0 weights times Q8_0 activations.
+// Q4_0 / Q5_0 / Q8_0 and Q4_1 / Q5_1 weights times Q8_0 activations.
 //
 // Per 32-element block b the integer dot S_b = sum(qw * qa) is exact; the
 // row result is sum_b fp16(dw_b) * fp16(da_b) * S_b accumulated in f32
 // (ggml_vec_dot_q*_0_q8_0 numerics).
 //
+// Q4_1 / Q5_1 (x = d*q + m, q unsigned) add the min term per block:
+//   dw*da*S_b + mw*da*A_b,   A_b = sum(qa), computed from the Q8_0 block.
+// ggml pairs these types with Q8_1 activations instead, whose s = d*sum(qa)
+// is stored as fp16: that rounds the min term (relative 2^-11) and needs a
+// second conversion of every activation. Summing the int8 codes here keeps
+// A_b an exact integer (both fp16 products are exact in f32, so each block
+// adds two singly-rounded terms), costs one more integer dot per block
+// against a memory-bound weight stream, and lets matmuls of mixed-type files
+// (e.g. Q4_1 q/k beside a Q8_0 v projection) share one conversion per input.
+//
 // AVX-512 VNNI: two blocks fill one zmm. Weight codes are made unsigned
-// (code = q + O with O = 8 / 16 / 128) so vpdpbusd (u8 x s8) applies; the
-// offset's contribution O * sum(qa) depends only on the activation and
-// seeds the integer accumulator.
-// AVX2: one block per ymm, sign trick (|qw| x sign(qa, qw)) into maddubs.
+// (code = q + O with O = 8 / 16 / 128; the _1 types' codes already are) so
+// vpdpbusd (u8 x s8) applies; the offset's contribution O * sum(qa) depends
+// only on the activation and seeds the integer accumulator.
+// AVX2: one block per ymm, sign trick (|qw| x sign(qa, qw)) into maddubs;
+// the _1 types' unsigned codes go into maddubs directly.
 #include <cstring>
 
 #include "engine/quant/blocks.h"
@@ -25,6 +36,7 @@ namespace {
 // half is zero) into one zmm, in element order.
 struct Q8_0Pair {
   using Block = BlockQ8_0;
+  static constexpr bool kHasMin = false;
   static constexpr int kOffset = 128;
   static __m512i Codes(const Block* b, bool single) {
     const __m512i lo = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[0].qs)));
@@ -46,23 +58,45 @@ inline __m512i NibblePair(const uint8_t* qs0, const uint8_t* qs1, bool single) {
   return _mm512_and_si512(sh, _mm512_set1_epi8(0x0F));
 }
 
+// 4-bit codes (Q4_0, Q4_1) and 5-bit codes (Q5_0, Q5_1) of a block pair:
+// the _0 and _1 blocks share the qh / qs layout behind different headers.
+template <typename Block>
+inline __m512i NibbleCodes(const Block* b, bool single) {
+  return NibblePair(b[0].qs, single ? b[0].qs : b[1].qs, single);
+}
+
+template <typename Block>
+inline __m512i FiveBitCodes(const Block* b, bool single) {
+  const __m512i n = NibbleCodes(b, single);
+  const uint64_t hi = single ? 0 : LoadU32(b[1].qh);
+  const __mmask64 k = _cvtu64_mask64(LoadU32(b[0].qh) | (hi << 32));
+  return _mm512_mask_add_epi8(n, k, n, _mm512_set1_epi8(16));
+}
+
 struct Q4_0Pair {
   using Block = BlockQ4_0;
+  static constexpr bool kHasMin = false;
   static constexpr int kOffset = 8;
-  static __m512i Codes(const Block* b, bool single) {
-    return NibblePair(b[0].qs, single ? b[0].qs : b[1].qs, single);
-  }
+  static __m512i Codes(const Block* b, bool single) { return NibbleCodes(b, single); }
 };
 
 struct Q5_0Pair {
   using Block = BlockQ5_0;
+  static constexpr bool kHasMin = false;
   static constexpr int kOffset = 16;
-  static __m512i Codes(const Block* b, bool single) {
-    const __m512i n = NibblePair(b[0].qs, single ? b[0].qs : b[1].qs, single);
-    const uint64_t hi = single ? 0 : LoadU32(b[1].qh);
-    const __mmask64 k = _cvtu64_mask64(LoadU32(b[0].qh) | (hi << 32));
-    return _mm512_mask_add_epi8(n, k, n, _mm512_set1_epi8(16));
-  }
+  static __m512i Codes(const Block* b, bool single) { return FiveBitCodes(b, single); }
+};
+
+struct Q4_1Pair {
+  using Block = BlockQ4_1;
+  static constexpr bool kHasMin = true;
+  static __m512i Codes(const Block* b, bool single) { return NibbleCodes(b, single); }
+};
+
+struct Q5_1Pair {
+  using Block = BlockQ5_1;
+  static constexpr bool kHasMin = true;
+  static __m512i Codes(const Block* b, bool single) { return FiveBitCodes(b, single); }
 };
 
 // [dw0*da0 x8, dw1*da1 x8] from two fp16 weight scales and the activation
@@ -73,11 +107,25 @@ inline __m512 PairScale(uint16_t dw0, uint16_t dw1, __m128 da) {
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(dw, da)));
 }
 
+// PairScale for the scales and the mins of a _1 pair at once: *ds gets
+// [dw0*da0 x8, dw1*da1 x8], *ms [mw0*da0 x8, mw1*da1 x8].
+template <typename Block>
+inline void PairScaleMin(const Block* b, bool single, __m128 da, __m512* ds, __m512* ms) {
+  const uint64_t d = b[0].d | (single ? 0u : static_cast<uint32_t>(b[1].d) << 16);
+  const uint64_t m = b[0].m | (single ? 0u : static_cast<uint32_t>(b[1].m) << 16);
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d | (m << 32))));  // [d0 d1 m0 m1]
+  const __m512 prod = _mm512_castps128_ps512(_mm_mul_ps(dm, _mm_movelh_ps(da, da)));
+  *ds = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), prod);
+  *ms = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2), prod);
+}
+
 // Activation pair (blocks b, b+1; b alone with `single`, upper half zero),
-// its offset correction -O*sum(qa) per int32 lane, and its two f32 scales.
+// its two f32 scales, and per int32 lane either the offset correction
+// -O*sum(qa) (the _0 types and Q8_0) or, for the _1 types, sum(qa) as f32.
 struct ActPair {
   __m512i a;
   __m512i negcorr;
+  __m512 asum;
   __m128 da;
 };
 
@@ -86,17 +134,35 @@ inline ActPair LoadActPair(const BlockQ8_0* xa, int64_t b, bool single) {
   const __m512i lo = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs)));
   ActPair p;
   p.a = single ? lo : _mm512_inserti64x4(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b + 1].qs)), 1);
-  p.negcorr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(P::kOffset), p.a));
+  if constexpr (P::kHasMin) {
+    p.negcorr = _mm512_setzero_si512();
+    p.asum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), p.a));
+  } else {
+    p.negcorr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(P::kOffset), p.a));
+    p.asum = _mm512_setzero_ps();
+  }
   const uint32_t bits = xa[b].d | (single ? 0u : static_cast<uint32_t>(xa[b + 1].d) << 16);
   p.da = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
   return p;
 }
 
+// acc + this pair's terms, given the pair's unsigned weight codes.
+template <typename P>
+inline __m512 PairFma(__m512i codes, const typename P::Block* blk, const ActPair& a, bool single, __m512 acc) {
+  const __m512i s = _mm512_dpbusd_epi32(a.negcorr, codes, a.a);
+  if constexpr (P::kHasMin) {
+    __m512 ds, ms;
+    PairScaleMin(blk, single, a.da, &ds, &ms);
+    return _mm512_fmadd_ps(a.asum, ms, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), ds, acc));
+  } else {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), PairScale(blk[0].d, single ? 0 : blk[1].d, a.da), acc);
+  }
+}
+
 template <typename P>
 inline __m512 PairTerm(const typename P::Block* blk, const ActPair& a, bool single, __m512 acc) {
-  const __m512i s = _mm512_dpbusd_epi32(a.negcorr, P::Codes(blk, single), a.a);
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), PairScale(blk[0].d, single ? 0 : blk[1].d, a.da), acc);
+  return PairFma<P>(P::Codes(blk, single), blk, a, single, acc);
 }
 
 // Dot of one weight row with one Q8_0 activation row. Rows run one at a time:
@@ -130,11 +196,7 @@ void DotRowMulti(const uint8_t* wrow, int64_t nb, const BlockQ8_0* const* xa, fl
   for (int i = 0; i < kM; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
   auto term = [&](int64_t b, bool single, __m512* acc) {
     const __m512i codes = P::Codes(blk + b, single);
-    for (int i = 0; i < kM; ++i) {
-      const ActPair a = LoadActPair<P>(xa[i], b, single);
-      const __m512i s = _mm512_dpbusd_epi32(a.negcorr, codes, a.a);
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), PairScale(blk[b].d, single ? 0 : blk[b + 1].d, a.da), acc[i]);
-    }
+    for (int i = 0; i < kM; ++i) acc[i] = PairFma<P>(codes, blk + b, LoadActPair<P>(xa[i], b, single), single, acc[i]);
   };
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
@@ -193,21 +255,56 @@ inline __m256i BitsToBytes(uint32_t bits) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
 }
 
+// 5-bit codes of a Q5_0 / Q5_1 block, unsigned.
+template <typename Block>
+inline __m256i FiveBits(const Block& b) {
+  return _mm256_or_si256(Nibbles(b.qs), _mm256_and_si256(BitsToBytes(LoadU32(b.qh)), _mm256_set1_epi8(16)));
+}
+
+// _0 types and Q8_0: signed values q. _1 types: unsigned codes (0..31).
 struct Q8_0Block {
   using Block = BlockQ8_0;
+  static constexpr bool kHasMin = false;
   static __m256i Values(const Block& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
 };
 struct Q4_0Block {
   using Block = BlockQ4_0;
+  static constexpr bool kHasMin = false;
   static __m256i Values(const Block& b) { return _mm256_sub_epi8(Nibbles(b.qs), _mm256_set1_epi8(8)); }
 };
 struct Q5_0Block {
   using Block = BlockQ5_0;
-  static __m256i Values(const Block& b) {
-    const __m256i hb = _mm256_and_si256(BitsToBytes(LoadU32(b.qh)), _mm256_set1_epi8(16));
-    return _mm256_sub_epi8(_mm256_or_si256(Nibbles(b.qs), hb), _mm256_set1_epi8(16));
-  }
+  static constexpr bool kHasMin = false;
+  static __m256i Values(const Block& b) { return _mm256_sub_epi8(FiveBits(b), _mm256_set1_epi8(16)); }
 };
+struct Q4_1Block {
+  using Block = BlockQ4_1;
+  static constexpr bool kHasMin = true;
+  static __m256i Values(const Block& b) { return Nibbles(b.qs); }
+};
+struct Q5_1Block {
+  using Block = BlockQ5_1;
+  static constexpr bool kHasMin = true;
+  static __m256i Values(const Block& b) { return FiveBits(b); }
+};
+
+// acc + the terms of one weight block with its activation block. The _1
+// types' pair sums in maddubs stay below 2*31*127, far from saturating.
+template <typename P>
+inline __m256 BlockTerm(const typename P::Block& wb, const BlockQ8_0& xa, __m256 acc) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.qs));
+  if constexpr (P::kHasMin) {
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(P::Values(wb), a), ones16);
+    const __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), ones16);
+    const float da = HalfToFloat(xa.d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(HalfToFloat(wb.d) * da), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_set1_ps(HalfToFloat(wb.m) * da), acc);
+  } else {
+    const __m256i s = DotS8(P::Values(wb), a);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(HalfToFloat(wb.d) * HalfToFloat(xa.d)), acc);
+  }
+}
 
 inline float Hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -227,19 +324,10 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
       __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
       int64_t b = 0;
       for (; b + 1 < nb; b += 2) {
-        const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs));
-        const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b + 1].qs));
-        const __m256i s0 = DotS8(P::Values(wb[b]), a0);
-        const __m256i s1 = DotS8(P::Values(wb[b + 1]), a1);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(HalfToFloat(wb[b].d) * HalfToFloat(xa[b].d)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
-                               _mm256_set1_ps(HalfToFloat(wb[b + 1].d) * HalfToFloat(xa[b + 1].d)), acc1);
+        acc0 = BlockTerm<P>(wb[b], xa[b], acc0);
+        acc1 = BlockTerm<P>(wb[b + 1], xa[b + 1], acc1);
       }
-      if (b < nb) {
-        const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs));
-        const __m256i s0 = DotS8(P::Values(wb[b]), a0);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(HalfToFloat(wb[b].d) * HalfToFloat(xa[b].d)), acc0);
-      }
+      if (b < nb) acc0 = BlockTerm<P>(wb[b], xa[b], acc0);
       y[i * ldy + r] = Hsum(_mm256_add_ps(acc0, acc1));
     }
   }
@@ -247,28 +335,48 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
 
 #else  // portable
 
+// Unsigned codes of a 4-bit / 5-bit block minus `offset`.
+template <typename Block>
+void NibbleValues(const Block& b, int offset, int8_t* v) {
+  for (int j = 0; j < 16; ++j) {
+    v[j] = static_cast<int8_t>((b.qs[j] & 0xF) - offset);
+    v[j + 16] = static_cast<int8_t>((b.qs[j] >> 4) - offset);
+  }
+}
+template <typename Block>
+void FiveBitValues(const Block& b, int offset, int8_t* v) {
+  const uint32_t qh = LoadU32(b.qh);
+  for (int j = 0; j < 16; ++j) {
+    v[j] = static_cast<int8_t>(((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - offset);
+    v[j + 16] = static_cast<int8_t>(((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - offset);
+  }
+}
+
+// _0 types and Q8_0: signed values q. _1 types: unsigned codes (0..31).
 struct Q8_0Block {
   using Block = BlockQ8_0;
+  static constexpr bool kHasMin = false;
   static void Values(const Block& b, int8_t* v) { std::memcpy(v, b.qs, kQK); }
 };
 struct Q4_0Block {
   using Block = BlockQ4_0;
-  static void Values(const Block& b, int8_t* v) {
-    for (int j = 0; j < 16; ++j) {
-      v[j] = static_cast<int8_t>((b.qs[j] & 0xF) - 8);
-      v[j + 16] = static_cast<int8_t>((b.qs[j] >> 4) - 8);
-    }
-  }
+  static constexpr bool kHasMin = false;
+  static void Values(const Block& b, int8_t* v) { NibbleValues(b, 8, v); }
 };
 struct Q5_0Block {
   using Block = BlockQ5_0;
-  static void Values(const Block& b, int8_t* v) {
-    const uint32_t qh = LoadU32(b.qh);
-    for (int j = 0; j < 16; ++j) {
-      v[j] = static_cast<int8_t>(((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
-      v[j + 16] = static_cast<int8_t>(((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-    }
-  }
+  static constexpr bool kHasMin = false;
+  static void Values(const Block& b, int8_t* v) { FiveBitValues(b, 16, v); }
+};
+struct Q4_1Block {
+  using Block = BlockQ4_1;
+  static constexpr bool kHasMin = true;
+  static void Values(const Block& b, int8_t* v) { NibbleValues(b, 0, v); }
+};
+struct Q5_1Block {
+  using Block = BlockQ5_1;
+  static constexpr bool kHasMin = true;
+  static void Values(const Block& b, int8_t* v) { FiveBitValues(b, 0, v); }
 };
 
 template <typename P>
@@ -286,6 +394,11 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
         int s = 0;
         for (int j = 0; j < kQK; ++j) s += v[j] * xa[b].qs[j];
         sum += HalfToFloat(wb[b].d) * HalfToFloat(xa[b].d) * static_cast<float>(s);
+        if constexpr (P::kHasMin) {
+          int sa = 0;
+          for (int j = 0; j < kQK; ++j) sa += xa[b].qs[j];
+          sum += HalfToFloat(wb[b].m) * HalfToFloat(xa[b].d) * static_cast<float>(sa);
+        }
       }
       y[i * ldy + r] = sum;
     }
@@ -296,18 +409,24 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 using Q4_0Kernel = Q4_0Pair;
+using Q4_1Kernel = Q4_1Pair;
 using Q5_0Kernel = Q5_0Pair;
+using Q5_1Kernel = Q5_1Pair;
 using Q8_0Kernel = Q8_0Pair;
 #else
 using Q4_0Kernel = Q4_0Block;
+using Q4_1Kernel = Q4_1Block;
 using Q5_0Kernel = Q5_0Block;
+using Q5_1Kernel = Q5_1Block;
 using Q8_0Kernel = Q8_0Block;
 #endif
 
 }  // namespace
 
 void MatMulQ4_0(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q4_0Kernel>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ4_1(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q4_1Kernel>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 void MatMulQ5_0(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q5_0Kernel>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ5_1(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q5_1Kernel>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 void MatMulQ8_0(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q8_0Kernel>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 
 const char* KernelVariant() {

@@ -18,7 +18,9 @@ MatMulFn KernelFor(DType t) {
     case DType::kF16: return internal::MatMulF16;
     case DType::kBF16: return internal::MatMulBF16;
     case DType::kQ4_0: return internal::MatMulQ4_0;
+    case DType::kQ4_1: return internal::MatMulQ4_1;
     case DType::kQ5_0: return internal::MatMulQ5_0;
+    case DType::kQ5_1: return internal::MatMulQ5_1;
     case DType::kQ8_0: return internal::MatMulQ8_0;
     case DType::kQ4_K: return internal::MatMulQ4_K;
     case DType::kQ5_K: return internal::MatMulQ5_K;
@@ -34,7 +36,9 @@ bool IsSupportedWeightType(DType t) { return KernelFor(t) != nullptr; }
 DType ActivationType(DType weight_type) {
   switch (weight_type) {
     case DType::kQ4_0:
+    case DType::kQ4_1:  // min term from sums of the Q8_0 codes: matmul_q8_0.cc
     case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ8_0:
       return DType::kQ8_0;
     case DType::kQ4_K:

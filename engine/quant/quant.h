@@ -3,12 +3,14 @@
 // Weights stay in their GGUF block format (ggml-common.h layouts; see
 // docs/gguf.md). A matrix W has `rows` rows of `k` elements, row r starting at
 // `w + r * row_bytes`. Activations are first converted once per op into the
-// weight type's *activation type* (ActivationType(): Q8_0 for Q4_0/Q5_0/Q8_0,
-// Q8_K for the K-quants, F32 for F32/F16/BF16), then every output element is a
-// dot product of one weight row with the converted activation row, computed on
-// integer blocks where the format allows (the approach of llama.cpp's
-// ggml_vec_dot_*: activation quantization is part of the numerics, and matches
-// what llama.cpp computes up to summation order).
+// weight type's *activation type* (ActivationType(): Q8_0 for Q4_0 / Q4_1 /
+// Q5_0 / Q5_1 / Q8_0, Q8_K for the K-quants, F32 for F32/F16/BF16), then every
+// output element is a dot product of one weight row with the converted
+// activation row, computed on integer blocks where the format allows (the
+// approach of llama.cpp's ggml_vec_dot_*: activation quantization is part of
+// the numerics, and matches what llama.cpp computes up to summation order;
+// for Q4_1 / Q5_1, whose activations llama.cpp converts to Q8_1 with an fp16
+// d*sum(q), our min term uses the exact integer sum instead).
 //
 // All functions are pure, allocation-free and thread-safe; callers split the
 // row range [r0, r1) across threads.

@@ -32,8 +32,8 @@ using ::testing::HasSubstr;
 namespace wt = ::decoded::testing;
 
 // GGML type ids (ggml.h), written literally so the test does not lean on DType.
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ5_0 = 6, kGgmlQ8_0 = 8,
-                   kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlQ8_K = 15,
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7,
+                   kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlQ8_K = 15,
                    kGgmlBF16 = 30, kGgmlIQ2_XXS = 16;
 
 std::unique_ptr<GgufFile> OpenOrDie(const std::vector<uint8_t>& bytes) {
@@ -286,7 +286,9 @@ TEST(GgufSyntheticTest, TensorByteSizesFollowBlockLayouts) {
       {"f16", kGgmlF16, {4}, 2 * 4},
       {"bf16", kGgmlBF16, {4}, 2 * 4},
       {"q4_0", kGgmlQ4_0, {64}, 2 * 18},
+      {"q4_1", kGgmlQ4_1, {64, 3}, 6 * 20},
       {"q5_0", kGgmlQ5_0, {64}, 2 * 22},
+      {"q5_1", kGgmlQ5_1, {96}, 3 * 24},
       {"q8_0", kGgmlQ8_0, {64, 2}, 4 * 34},
       {"q4_K", kGgmlQ4_K, {256, 2}, 2 * 144},
       {"q5_K", kGgmlQ5_K, {512}, 2 * 176},

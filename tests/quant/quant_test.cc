@@ -5,12 +5,18 @@
 //    written by tools/gen_quant_reference.py from the real model's rows);
 //  - QuantizeActivationRow vs gguf's Q8_0 quantizer (fixture) and vs the Q8_K
 //    formula of ggml's quantize_row_q8_K_ref, written out plainly below;
+//  - MatMul of Q4_1 / Q5_1 (real SmolLM2 rows and gguf-quantized ones) vs
+//    the float64 dot of gguf's dequantized weight and activation rows
+//    (fixture "matmul");
 //  - a kernel fed a weight with one block's scale moved to the neighbour
-//    block fails the MatMul comparison, so the tolerance can catch such bugs.
+//    block, or (Q4_1 / Q5_1) with its mins dropped, fails the MatMul
+//    comparison, so the tolerance can catch such bugs.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
@@ -66,6 +72,15 @@ Bytes RandomWeights(DType t, int64_t rows, int64_t k, std::mt19937& rng) {
       case DType::kQ8_0:
         PutHalf(blk, scale(rng));
         break;
+      case DType::kQ4_1:
+      case DType::kQ5_1: {
+        // m is the block minimum: mostly in [-range, 0], as quantizers make it.
+        const float d = scale(rng);
+        const float range = d * (t == DType::kQ4_1 ? 15.0f : 31.0f);
+        PutHalf(blk, d);
+        PutHalf(blk + 2, range * std::uniform_real_distribution<float>(-1.0f, 0.2f)(rng));
+        break;
+      }
       case DType::kQ4_K:
       case DType::kQ5_K:
         PutHalf(blk, scale(rng));
@@ -99,17 +114,27 @@ Converted ConvertActivations(DType wt, const std::vector<float>& x, int64_t m, i
   return c;
 }
 
-// Compares y[i*ldy + r] (r in [r0, r1)) with the double dot of the
-// dequantized weight row and dequantized activation row. The bound is
-// 1e-5 * sum_j |w_j * a_j|: the kernels' block sums are exact integers and
+// Relative tolerance of every MatMul comparison: |got - want| <= kRelTol *
+// sum_j |w_j * a_j|. The kernels' block sums are exact integers and
 // everything after is f32 scaling plus a summation over at most ~k/16 partial
 // sums per lane, whose rounding error stays below ~(k/16 + 10) * 2^-24 of the
 // absolute-term sum (< 1e-5 for k <= 2048); a dot near zero from cancellation
-// is thus still checked to f32 precision of its terms.
+// is thus still checked to f32 precision of its terms. Q4_1 / Q5_1 add the
+// min term as a second f32 product per block; the measured worst case
+// (MinTypesErrorIsMeasuredAndDroppedMinsExceedIt prints it) stays two orders
+// of magnitude inside, and a kernel that drops the mins misses by > 100x.
+constexpr double kRelTol = 1e-5;
+
+// y[i*ldy + r] (r in [r0, r1)) against the double dot of the dequantized
+// weight row and dequantized activation row; `worst` (if set) receives the
+// largest |got - want| / sum_j |w_j * a_j| seen.
 ::testing::AssertionResult MatchesReference(DType t, const Bytes& w, int64_t k, const Converted& xq, int64_t m,
-                                            const std::vector<float>& y, int64_t ldy, int64_t r0, int64_t r1) {
+                                            const std::vector<float>& y, int64_t ldy, int64_t r0, int64_t r1,
+                                            double* worst = nullptr) {
   const size_t rb = RowBytesOf(t, k);
   std::vector<float> wrow(k), arow(k);
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  bool failed = false;
   for (int64_t i = 0; i < m; ++i) {
     DequantizeRow(ActivationType(t), xq.data.data() + i * xq.row_bytes, arow.data(), k);
     for (int64_t r = r0; r < r1; ++r) {
@@ -120,25 +145,31 @@ Converted ConvertActivations(DType wt, const std::vector<float>& x, int64_t m, i
         mag += std::fabs(static_cast<double>(wrow[j]) * arow[j]);
       }
       const double got = y[i * ldy + r];
-      const double tol = 1e-5 * mag + 1e-30;
-      if (!(std::fabs(got - ref) <= tol)) {
-        return ::testing::AssertionFailure() << DTypeName(t) << " k=" << k << " row " << r << " act " << i
-                                             << ": got " << got << " want " << ref << " (|diff| "
-                                             << std::fabs(got - ref) << " > tol " << tol << ")";
+      const double err = std::fabs(got - ref);
+      if (worst != nullptr) *worst = std::max(*worst, std::isnan(err) ? INFINITY : err / (mag + 1e-30));
+      const double tol = kRelTol * mag + 1e-30;
+      if (!failed && !(err <= tol)) {
+        failed = true;
+        result = ::testing::AssertionFailure() << DTypeName(t) << " k=" << k << " row " << r << " act " << i
+                                               << ": got " << got << " want " << ref << " (|diff| " << err
+                                               << " > tol " << tol << ")";
       }
     }
   }
-  return ::testing::AssertionSuccess();
+  return result;
 }
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ5_0,
-                              DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                              DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 TEST(QuantKernels, ReportsSupportedWeightTypes) {
   for (DType t : kWeightTypes) EXPECT_TRUE(IsSupportedWeightType(t)) << DTypeName(t);
   EXPECT_FALSE(IsSupportedWeightType(DType::kQ2_K));
   EXPECT_FALSE(IsSupportedWeightType(DType::kI32));
   EXPECT_EQ(ActivationType(DType::kQ5_0), DType::kQ8_0);
+  EXPECT_EQ(ActivationType(DType::kQ4_1), DType::kQ8_0);
+  EXPECT_EQ(ActivationType(DType::kQ5_1), DType::kQ8_0);
+  EXPECT_FALSE(IsSupportedWeightType(DType::kQ8_1));
   EXPECT_EQ(ActivationType(DType::kQ6_K), DType::kQ8_K);
   EXPECT_EQ(ActivationType(DType::kBF16), DType::kF32);
   EXPECT_EQ(ActivationRowBytes(DType::kQ8_0, 640), 20u * 34u);
@@ -208,7 +239,8 @@ Bytes WithScalesShiftedByOneBlock(DType t, const Bytes& w, int64_t rows, int64_t
 
 TEST(QuantKernels, ComparisonCatchesScaleTakenFromNeighbourBlock) {
   std::mt19937 rng(99);
-  for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K}) {
     const int64_t k = 512, rows = 5;
     const Bytes w = RandomWeights(t, rows, k, rng);
     const Converted xq = ConvertActivations(t, RandomActivations(1, k, rng), 1, k);
@@ -261,10 +293,90 @@ TEST(QuantDequantize, MatchesGgufPackageOnRealAndSyntheticRows) {
     seen.push_back(c["type"].get<std::string>());
     ++checked_types;
   }
-  for (const char* name : {"q8_0", "q5_0", "q4_K", "q6_K", "f32", "q4_0", "q5_K", "f16", "bf16"}) {
+  for (const char* name : {"q8_0", "q5_0", "q4_K", "q6_K", "f32", "q4_0", "q5_K", "f16", "bf16", "q4_1", "q5_1"}) {
     EXPECT_NE(std::find(seen.begin(), seen.end(), name), seen.end()) << "fixture lacks " << name;
   }
   EXPECT_GT(checked_types, 0);
+}
+
+// Zeroes the fp16 min m (bytes 2-3) of every Q4_1 / Q5_1 block: a kernel
+// that drops the min term computes exactly this.
+Bytes WithMinsDropped(DType t, const Bytes& w) {
+  Bytes bad = w;
+  const size_t bb = Traits(t).block_bytes;
+  for (size_t off = 0; off + bb <= bad.size(); off += bb) bad[off + 2] = bad[off + 3] = 0;
+  return bad;
+}
+
+// Q4_1 / Q5_1 MatMul against the fixture's float64 dots of gguf-dequantized
+// weight rows and gguf-quantized Q8_0 activations: real SmolLM2 rows (k =
+// 1536) and 9-block rows, 7 weight rows x 5 activation rows, so the batched
+// activation path and its remainder both run. The same weights with their
+// mins dropped must miss.
+TEST(QuantKernels, MinTypesMatchGgufMatVecReference) {
+  const nlohmann::json fx = LoadFixture();
+  ASSERT_TRUE(fx.is_object());
+  ASSERT_TRUE(fx.contains("matmul"));
+  std::vector<std::string> seen;
+  for (const auto& c : fx["matmul"]) {
+    const DType t = static_cast<DType>(c["type_id"].get<uint32_t>());
+    const int64_t k = c["k"].get<int64_t>(), rows = c["rows"].get<int64_t>(), m = c["m"].get<int64_t>();
+    const Bytes w = FromHex(c["w_hex"].get<std::string>());
+    const Bytes xq = FromHex(c["act_hex"].get<std::string>());
+    const std::vector<double> want = c["want"].get<std::vector<double>>();
+    const std::vector<double> mag = c["mag"].get<std::vector<double>>();
+    ASSERT_EQ(ActivationType(t), DType::kQ8_0);
+    ASSERT_EQ(w.size(), RowBytesOf(t, k) * rows) << c["source"];
+    ASSERT_EQ(xq.size(), ActivationRowBytes(t, k) * m) << c["source"];
+    ASSERT_EQ(want.size(), static_cast<size_t>(m * rows));
+    std::vector<float> y(m * rows, NAN), y_bad(m * rows, NAN);
+    MatMul(t, w.data(), RowBytesOf(t, k), k, xq.data(), ActivationRowBytes(t, k), m, y.data(), rows, 0, rows);
+    const Bytes bad = WithMinsDropped(t, w);
+    MatMul(t, bad.data(), RowBytesOf(t, k), k, xq.data(), ActivationRowBytes(t, k), m, y_bad.data(), rows, 0, rows);
+    double worst = 0.0, bad_least = INFINITY;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double tol = kRelTol * mag[i];
+      EXPECT_LE(std::fabs(y[i] - want[i]), tol) << c["type"] << " " << c["source"] << " output " << i;
+      worst = std::max(worst, std::fabs(y[i] - want[i]) / mag[i]);
+      bad_least = std::min(bad_least, std::fabs(y_bad[i] - want[i]) / mag[i]);
+    }
+    // Every output, not just one, misses with the mins dropped.
+    EXPECT_GT(bad_least, kRelTol) << c["type"] << " " << c["source"];
+    std::printf("%s %s: max |err|/sum|w*a| %.3g; mins dropped: min %.3g (tolerance %.0e)\n",
+                c["type"].get<std::string>().c_str(), c["source"].get<std::string>().c_str(), worst, bad_least,
+                kRelTol);
+    seen.push_back(c["type"].get<std::string>());
+  }
+  for (const char* name : {"q4_1", "q5_1"}) {
+    EXPECT_NE(std::find(seen.begin(), seen.end(), name), seen.end()) << "fixture lacks a " << name << " matmul";
+  }
+}
+
+// The same comparison on many random Q4_1 / Q5_1 matrices (random codes,
+// realistic d and m), recording the largest error and how far a kernel that
+// drops the mins misses: the figures behind kRelTol.
+TEST(QuantKernels, MinTypesErrorIsMeasuredAndDroppedMinsExceedIt) {
+  std::mt19937 rng(2024);
+  for (DType t : {DType::kQ4_1, DType::kQ5_1}) {
+    double worst = 0.0, bad_least = INFINITY;
+    for (int trial = 0; trial < 30; ++trial) {
+      const int64_t k = std::array<int64_t, 3>{288, 1536, 2048}[trial % 3], rows = 7, m = 5;
+      const Bytes w = RandomWeights(t, rows, k, rng);
+      const Converted xq = ConvertActivations(t, RandomActivations(m, k, rng), m, k);
+      std::vector<float> y(m * rows);
+      MatMul(t, w.data(), RowBytesOf(t, k), k, xq.data.data(), xq.row_bytes, m, y.data(), rows, 0, rows);
+      EXPECT_TRUE(MatchesReference(t, w, k, xq, m, y, rows, 0, rows, &worst));
+      const Bytes bad = WithMinsDropped(t, w);
+      MatMul(t, bad.data(), RowBytesOf(t, k), k, xq.data.data(), xq.row_bytes, m, y.data(), rows, 0, rows);
+      double bad_worst = 0.0;
+      EXPECT_FALSE(MatchesReference(t, w, k, xq, m, y, rows, 0, rows, &bad_worst));
+      bad_least = std::min(bad_least, bad_worst);
+    }
+    std::printf("%s random: max |err|/sum|w*a| %.3g; mins dropped: each matrix misses by >= %.3g (tolerance %.0e)\n",
+                DTypeName(t), worst, bad_least, kRelTol);
+    EXPECT_LT(worst, kRelTol / 10) << DTypeName(t);
+    EXPECT_GT(bad_least, 100 * kRelTol) << DTypeName(t);
+  }
 }
 
 TEST(QuantActivation, Q8_0MatchesGgufQuantizerIncludingTies) {
