@@ -84,6 +84,14 @@ class EngineImpl final : public Engine {
                             mi.n_layers,      mi.hidden_size, mi.sliding_window, mi.weight_dtype,
                             mi.device,        session_len,    options.max_sessions, tok.bos_id(),
                             tok.eos_id()};
+    // The longest text a turn can need: every token spells at most this many
+    // bytes, so longer input cannot fit a session's context whatever it says,
+    // and is refused before the tokenizer spends time on it.
+    int64_t max_token_bytes = 1;
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+      max_token_bytes = std::max<int64_t>(max_token_bytes, tok.TokenBytes(id, /*render_special=*/true).size());
+    }
+    max_input_bytes_ = max_token_bytes * session_len;
     SchedulerOptions so;
     so.workers = options.workers;
     so.max_sessions = options.max_sessions;
@@ -101,6 +109,7 @@ class EngineImpl final : public Engine {
 
   absl::Status SubmitTurn(SessionId session, const TurnRequest& turn, TurnSink* sink) override {
     const Tokenizer& tok = model_->model().tokenizer();
+    if (absl::Status s = CheckInputSize(turn); !s.ok()) return s;
     PreparedTurn prepared;
     // Text and chat input are encoded without BOS: the scheduler prepends it
     // when the turn opens an empty context.
@@ -160,8 +169,25 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  // INVALID_ARGUMENT for text or chat content with more bytes than a
+  // session's context could hold as tokens (a cheap bound: the tokenizer's
+  // cost grows with the input, the context's capacity does not).
+  absl::Status CheckInputSize(const TurnRequest& turn) const {
+    int64_t bytes = 0;
+    if (turn.kind == TurnRequest::InputKind::kText) bytes = static_cast<int64_t>(turn.text.size());
+    if (turn.kind == TurnRequest::InputKind::kMessages) {
+      for (const ChatMessage& m : turn.messages) bytes += static_cast<int64_t>(m.content.size());
+    }
+    if (bytes <= max_input_bytes_) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the turn's input has ", bytes, " bytes, more than a session's context of ", info_.session_context_length,
+        " tokens can hold (", max_input_bytes_, " bytes at most: no token of this vocabulary spells more than ",
+        max_input_bytes_ / info_.session_context_length, ")"));
+  }
+
   std::unique_ptr<RealServingModel> model_;
   const bool parse_special_in_chat_content_;
+  int64_t max_input_bytes_ = 0;
   EngineModelInfo info_;
   std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
 };

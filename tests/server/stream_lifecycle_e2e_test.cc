@@ -420,6 +420,34 @@ TEST_F(StreamLifecycleTest, AcksBeyondWhatWasSentAreInvalidArgument) {
   }
 }
 
+// Input with more bytes than the context could hold as tokens is refused
+// before tokenization, so a huge run of whitespace costs no tokenizer time.
+TEST_F(StreamLifecycleTest, InputLongerThanAnyContextIsRefusedBeforeTokenization) {
+  for (bool chat : {false, true}) {
+    SCOPED_TRACE(chat);
+    const std::string spaces(2'000'000, ' ');
+    v1::GenerateRequest turn = TextTurn("", 4);
+    if (chat) {
+      v1::ChatMessage* m = turn.mutable_turn()->mutable_messages()->add_messages();
+      m->set_role("user");
+      m->set_content(spaces);
+    } else {
+      turn.mutable_turn()->set_text(spaces);
+    }
+    const absl::Time start = absl::Now();
+    grpc::ClientContext ctx;
+    auto stream = stub_->Generate(&ctx);
+    ASSERT_TRUE(stream->Write(turn));
+    v1::GenerateResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("2000000 bytes"), std::string::npos) << status.error_message();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "tokenized first";
+  }
+  EXPECT_TRUE(Solo(TextTurn("Hello", 2)).ended);  // and serving goes on
+}
+
 // SIGTERM's drain: idle streams end at once with UNAVAILABLE; a turn that
 // outlasts the drain period ends with a TurnEnd whose finish reason is
 // SHUTDOWN, then UNAVAILABLE, and the drain returns within its period. A turn
