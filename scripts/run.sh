@@ -19,10 +19,17 @@ build/server/decoded --model "$model" --listen "$listen" --metrics_listen "" \
 daemon=$!
 trap 'kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true' EXIT
 
-# The daemon answers once the model is loaded and warmed up.
+# The daemon listens first (or exits: e.g. the port is taken by another
+# server, which must not answer in its place), then answers once the model is
+# loaded and warmed up.
 for _ in $(seq 120); do
-  build/client/decoded-cli --server "$listen" --info >/dev/null 2>&1 && break
+  grep -q "listening on port" build/decoded.log && break
   kill -0 "$daemon" 2>/dev/null || { cat build/decoded.log >&2; exit 1; }
+  sleep 0.25
+done
+for _ in $(seq 120); do
+  kill -0 "$daemon" 2>/dev/null || { cat build/decoded.log >&2; exit 1; }
+  build/client/decoded-cli --server "$listen" --info >/dev/null 2>&1 && break
   sleep 0.5
 done
 # Seeded sampling (reproducible): the base 270M model loops under pure greedy decoding.
