@@ -9,6 +9,9 @@
 //
 //   "llama"  sentencepiece_codec.cc   SentencePiece BPE by piece score, "▁"
 //                                      for space, <0xXX> byte fallback
+//   "gpt2"   byte_level_bpe_codec.cc  regex pre-tokenizer (pre_tokenizer.h),
+//                                      GPT-2 byte-to-unicode alphabet, BPE by
+//                                      merge rank
 //
 // Thread-safety: immutable after construction; any thread may call any method.
 #ifndef DECODED_ENGINE_TOKENIZER_SUBWORD_CODEC_H_
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace decoded {
@@ -51,6 +55,12 @@ class SubwordCodec {
 
 // SentencePiece. Never fails.
 std::unique_ptr<SubwordCodec> MakeSentencePieceCodec(const TokenizerVocab& vocab, const PieceIndex& index);
+
+// Byte-level BPE. INVALID_ARGUMENT naming the key when a merge is malformed
+// or names pieces the vocabulary lacks; UNIMPLEMENTED naming `vocab.pre` and
+// the supported list for an unknown pre-tokenizer.
+absl::StatusOr<std::unique_ptr<SubwordCodec>> MakeByteLevelBpeCodec(const TokenizerVocab& vocab,
+                                                                    const PieceIndex& index);
 
 }  // namespace decoded
 

@@ -81,11 +81,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer.ggml.model: ", model.status().message()));
   }
-  if (*model != "llama") {
-    return absl::UnimplementedError(
-        absl::StrCat("tokenizer.ggml.model = \"", *model, "\" is not supported (only \"llama\")"));
+  if (*model != "llama" && *model != "gpt2") {
+    return absl::UnimplementedError(absl::StrCat("tokenizer.ggml.model = \"", *model,
+                                                 "\" is not supported (supported: llama, gpt2)"));
   }
+  const bool bpe = *model == "gpt2";
   TokenizerVocab vocab;
+  vocab.model = *model;
   absl::StatusOr<std::vector<std::string>> pieces = file.GetStringArray("tokenizer.ggml.tokens");
   if (!pieces.ok()) {
     return absl::InvalidArgumentError(
@@ -99,14 +101,26 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   absl::StatusOr<std::vector<TokenType>> types = ReadTokenTypes(file);
   if (!types.ok()) return types.status();
   vocab.types = *std::move(types);
-  // Defaults are llama.cpp's for SPM vocabularies that omit the keys.
-  absl::StatusOr<int32_t> id = OptionalId(file, "tokenizer.ggml.bos_token_id", 1);
+  if (bpe) {
+    absl::StatusOr<std::vector<std::string>> merges = file.GetStringArray("tokenizer.ggml.merges");
+    if (!merges.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.merges: ", merges.status().message()));
+    }
+    vocab.merges = *std::move(merges);
+    // llama.cpp reads a missing key as "default" (with a warning).
+    absl::StatusOr<std::string> pre = Optional(file.GetString("tokenizer.ggml.pre"), std::string("default"));
+    if (!pre.ok()) return pre.status();
+    vocab.pre = *std::move(pre);
+  }
+  // SentencePiece defaults are llama.cpp's for vocabularies that omit the
+  // keys; byte-level vocabularies get no special id they do not name.
+  absl::StatusOr<int32_t> id = OptionalId(file, "tokenizer.ggml.bos_token_id", bpe ? -1 : 1);
   if (!id.ok()) return id.status();
   vocab.bos_id = *id;
-  id = OptionalId(file, "tokenizer.ggml.eos_token_id", 2);
+  id = OptionalId(file, "tokenizer.ggml.eos_token_id", bpe ? -1 : 2);
   if (!id.ok()) return id.status();
   vocab.eos_id = *id;
-  id = OptionalId(file, "tokenizer.ggml.unknown_token_id", 0);
+  id = OptionalId(file, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0);
   if (!id.ok()) return id.status();
   vocab.unk_id = *id;
   id = OptionalId(file, "tokenizer.ggml.padding_token_id", -1);
@@ -115,17 +129,29 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   id = OptionalId(file, "tokenizer.ggml.eot_token_id", -1);
   if (!id.ok()) return id.status();
   vocab.eot_id = *id;
-  absl::StatusOr<bool> flag = Optional(file.GetBool("tokenizer.ggml.add_bos_token"), true);
+  // llama.cpp: SentencePiece adds a BOS unless told otherwise; byte-level
+  // vocabularies only for the Llama 3 pre-tokenizer.
+  absl::StatusOr<bool> flag =
+      Optional(file.GetBool("tokenizer.ggml.add_bos_token"), !bpe || vocab.pre == "llama-bpe");
   if (!flag.ok()) return flag.status();
   vocab.add_bos = *flag;
-  flag = Optional(file.GetBool("tokenizer.ggml.add_space_prefix"), true);
-  if (!flag.ok()) return flag.status();
-  vocab.add_space_prefix = *flag;
+  // A byte-level vocabulary carries its spaces in its pieces; llama.cpp's
+  // byte-level encoder never prefixes one.
+  if (!bpe) {
+    flag = Optional(file.GetBool("tokenizer.ggml.add_space_prefix"), true);
+    if (!flag.ok()) return flag.status();
+    vocab.add_space_prefix = *flag;
+  }
   return FromVocab(std::move(vocab));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab vocab) {
   const size_t n = vocab.pieces.size();
+  if (vocab.model != "llama" && vocab.model != "gpt2") {
+    return absl::UnimplementedError(absl::StrCat("tokenizer.ggml.model = \"", vocab.model,
+                                                 "\" is not supported (supported: llama, gpt2)"));
+  }
+  const bool bpe = vocab.model == "gpt2";
   if (n == 0) return absl::InvalidArgumentError("tokenizer.ggml.tokens is empty");
   if (n > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("tokenizer.ggml.tokens has more than 2^31-1 entries");
@@ -139,6 +165,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   if (vocab.types.size() != n) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.token_type has ",
                                                    vocab.types.size(), " entries, tokenizer.ggml.tokens ", n));
+  }
+  if (bpe && vocab.add_space_prefix) {
+    return absl::InvalidArgumentError(
+        "tokenizer.ggml.add_space_prefix applies to \"llama\" vocabularies, not \"gpt2\"");
+  }
+  if (!bpe && (!vocab.merges.empty() || !vocab.pre.empty())) {
+    return absl::InvalidArgumentError(
+        "tokenizer.ggml.merges and tokenizer.ggml.pre apply to \"gpt2\" vocabularies, not \"llama\"");
   }
   const int32_t size = static_cast<int32_t>(n);
   const std::pair<const char*, int32_t> special_ids[] = {
@@ -174,7 +208,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
       impl->specials.Add(piece, i, /*always=*/false);
     }
   }
-  impl->codec = MakeSentencePieceCodec(v, impl->piece_to_id);
+  if (bpe) {
+    absl::StatusOr<std::unique_ptr<SubwordCodec>> codec = MakeByteLevelBpeCodec(v, impl->piece_to_id);
+    if (!codec.ok()) return codec.status();
+    impl->codec = *std::move(codec);
+  } else {
+    impl->codec = MakeSentencePieceCodec(v, impl->piece_to_id);
+  }
 
   auto lookup = [&](std::string_view p) {
     auto it = impl->piece_to_id.find(p);
@@ -191,8 +231,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   };
   add_eog(v.eos_id);
   add_eog(v.eot_id);
-  // End-of-turn spellings of the SentencePiece-vocabulary families we serve.
-  for (std::string_view p : {"<end_of_turn>", "<eot>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<EOT>"}) {
+  // End-of-turn and end-of-text spellings llama.cpp also treats as ending
+  // generation (a subset of its list: the families we serve).
+  for (std::string_view p :
+       {"<end_of_turn>", "<eot>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<EOT>", "<|endoftext|>"}) {
     add_eog(lookup(p));
   }
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
@@ -285,6 +327,9 @@ bool Tokenizer::IsEndOfGeneration(int32_t id) const {
 TokenType Tokenizer::type(int32_t id) const {
   return impl_->InRange(id) ? impl_->vocab.types[id] : TokenType::kUndefined;
 }
+
+const std::string& Tokenizer::model() const { return impl_->vocab.model; }
+const std::string& Tokenizer::pre_tokenizer() const { return impl_->vocab.pre; }
 
 const std::string& Tokenizer::piece(int32_t id) const {
   static const std::string kEmpty;
