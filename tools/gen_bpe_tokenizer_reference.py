@@ -194,9 +194,9 @@ CORPUS = [
 # Cases where HF and llama.cpp disagree: (model, label) or label (any model) -> (side followed, reason).
 SMOLLM_DIGITS = (
     "llama.cpp",
-    "llama.cpp's smollm pre-tokenizer isolates every \\p{N} character before the GPT-2 regex, as the StarCoder-style "
-    "tokenizer.json of SmolLM does (Digits with individual_digits); transformers' GGUF loader has no 'smollm' split "
-    "and applies the GPT-2 ByteLevel regex alone, which keeps a space or other numbers with the digits")
+    "llama.cpp's smollm pre-tokenizer (the one it uses for StarCoder-family vocabularies) isolates every \\p{N} "
+    "character before the GPT-2 regex; transformers' GGUF loader has no 'smollm' split and applies the GPT-2 "
+    "ByteLevel regex alone, which keeps a space or other numbers with the digits")
 DISAGREEMENTS = {
     ("smollm2", "space_digits"): SMOLLM_DIGITS,
     ("smollm2", "other_numbers"): SMOLLM_DIGITS,
