@@ -24,8 +24,9 @@
 //   deepseek-llm  newlines, Latin/Greek/Cyrillic/... letter runs, ASCII and
 //                 fullwidth punctuation runs, trailing whitespace, CJK and
 //                 Hangul runs, \p{N}+
-// Contractions match ASCII case only ('S, 'LL), as in llama.cpp; the
-// original (?i:...) of tokenizer.json also folds U+017F to s.
+// The Llama 3-style contractions ('s, 'LL, ...) ignore ASCII case only, as
+// llama.cpp's spelled-out '[sS]... does; the (?i:...) of tokenizer.json also
+// folds U+017F LATIN SMALL LETTER LONG S to s. GPT-2's are lowercase only.
 //
 // Matching is PCRE2 in UTF mode with Unicode properties (UCP), with two
 // corrections so that the classes mean what llama.cpp's tables (Unicode
