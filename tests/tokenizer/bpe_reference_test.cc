@@ -13,6 +13,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
@@ -49,20 +50,19 @@ const BpeModel kModels[] = {
 // One tokenizer per model for the whole binary (nullptr, with a failure
 // recorded, when it does not load).
 const Tokenizer* LoadTokenizer(const BpeModel& model) {
-  static std::map<std::string, const Tokenizer*> loaded;
+  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
   auto it = loaded.find(model.name);
-  if (it != loaded.end()) return it->second;
-  const Tokenizer* result = nullptr;
+  if (it != loaded.end()) return it->second.get();
+  std::unique_ptr<Tokenizer> result;
   auto file = GgufFile::Open(NamedModelPath(model.env_var, model.file_name).path);
   if (!file.ok()) {
     ADD_FAILURE() << file.status();
   } else if (auto t = Tokenizer::FromGguf(**file); !t.ok()) {
     ADD_FAILURE() << t.status();
   } else {
-    result = t->release();  // lives for the whole test binary
+    result = *std::move(t);
   }
-  loaded[model.name] = result;
-  return result;
+  return (loaded[model.name] = std::move(result)).get();
 }
 
 nlohmann::json LoadReference(const BpeModel& model) {
@@ -134,6 +134,25 @@ TEST_P(BpeReferenceTest, EncodeMatchesHfAndLlamaCpp) {
   for (const auto& [side, n] : follows) std::printf(", follows %s: %d", side.c_str(), n);
   std::printf("\n");
   EXPECT_EQ(mismatches, 0);
+}
+
+// Any thread may encode: each keeps its own regex match state.
+TEST_P(BpeReferenceTest, EncodesFromSeveralThreadsAtOnce) {
+  const nlohmann::json& cases = ref_["cases"];
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (const nlohmann::json& c : cases) {
+        const std::string text = FromHex(c["text_hex"].get<std::string>());
+        if (tokenizer_->Encode(text, false, c["parse_special"].get<bool>()) != c["ids"].get<std::vector<int32_t>>()) {
+          ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST_P(BpeReferenceTest, DecodeMatchesLlamaCpp) {
