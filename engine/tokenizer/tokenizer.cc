@@ -1,42 +1,16 @@
 #include "engine/tokenizer/tokenizer.h"
 
-#include <cstdio>
-#include <queue>
 #include <utility>
 #include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/subword_codec.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 
 namespace decoded {
 namespace {
-
-constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 "▁"
-
-// Byte length of the UTF-8 sequence a lead byte announces, as llama.cpp's
-// unicode_len_utf8 counts it (stray continuation bytes count as 1, 0xF8..0xFF
-// as 4), so symbol boundaries match the reference on invalid input too.
-size_t Utf8SequenceLength(uint8_t lead) {
-  static constexpr size_t kByHighNibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kByHighNibble[lead >> 4];
-}
-
-std::string ReplaceAll(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  out.reserve(s.size() + s.size() / 2);
-  size_t pos = 0;
-  while (true) {
-    const size_t hit = s.find(from, pos);
-    if (hit == std::string_view::npos) break;
-    out.append(s.substr(pos, hit - pos));
-    out.append(to);
-    pos = hit + from.size();
-  }
-  out.append(s.substr(pos));
-  return out;
-}
 
 // Optional GGUF key: NOT_FOUND yields `fallback`, other errors propagate.
 template <typename T>
@@ -96,77 +70,7 @@ absl::StatusOr<std::vector<TokenType>> ReadTokenTypes(const GgufFile& file) {
   return types;
 }
 
-struct Bigram {
-  float score;
-  int32_t left;
-  int32_t right;
-  size_t size;
-};
-
-// Highest score first; on equal scores the leftmost pair (SentencePiece and
-// llama.cpp agree on this tie-break).
-struct BigramOrder {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
-
 }  // namespace
-
-void Tokenizer::Impl::EncodeRun(std::string_view text, std::vector<int32_t>& out) const {
-  struct Symbol {
-    int32_t prev;
-    int32_t next;
-    size_t start;
-    size_t n;  // 0 once merged into its left neighbour
-  };
-  std::vector<Symbol> symbols;
-  symbols.reserve(text.size());
-  for (size_t offs = 0; offs < text.size();) {
-    const size_t n = std::min(Utf8SequenceLength(static_cast<uint8_t>(text[offs])), text.size() - offs);
-    const int32_t index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({index - 1, offs + n == text.size() ? -1 : index + 1, offs, n});
-    offs += n;
-  }
-
-  std::vector<Bigram> storage;
-  storage.reserve(symbols.size());
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue(BigramOrder{}, std::move(storage));
-  auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const std::string_view joined = text.substr(symbols[left].start, symbols[left].n + symbols[right].n);
-    auto it = piece_to_id.find(joined);
-    if (it == piece_to_id.end() || !Mergeable(it->second)) return;
-    queue.push({vocab.scores[it->second], left, right, joined.size()});
-  };
-  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
-
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    // Stale entry: one side has since been merged into something else.
-    if (left.n == 0 || right.n == 0 || left.n + right.n != bigram.size) continue;
-    left.n += right.n;
-    right.n = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-
-  for (int32_t i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
-    const std::string_view piece = text.substr(symbols[i].start, symbols[i].n);
-    // A merged symbol is always a piece; a single character may not be.
-    auto it = piece_to_id.find(piece);
-    if (it != piece_to_id.end()) {
-      out.push_back(it->second);
-      continue;
-    }
-    for (char c : piece) out.push_back(byte_ids[static_cast<uint8_t>(c)]);
-  }
-}
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
@@ -177,11 +81,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer.ggml.model: ", model.status().message()));
   }
-  if (*model != "llama") {
-    return absl::UnimplementedError(
-        absl::StrCat("tokenizer.ggml.model = \"", *model, "\" is not supported (only \"llama\")"));
+  if (*model != "llama" && *model != "gpt2") {
+    return absl::UnimplementedError(absl::StrCat("tokenizer.ggml.model = \"", *model,
+                                                 "\" is not supported (supported: llama, gpt2)"));
   }
+  const bool bpe = *model == "gpt2";
   TokenizerVocab vocab;
+  vocab.model = *model;
   absl::StatusOr<std::vector<std::string>> pieces = file.GetStringArray("tokenizer.ggml.tokens");
   if (!pieces.ok()) {
     return absl::InvalidArgumentError(
@@ -195,14 +101,26 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   absl::StatusOr<std::vector<TokenType>> types = ReadTokenTypes(file);
   if (!types.ok()) return types.status();
   vocab.types = *std::move(types);
-  // Defaults are llama.cpp's for SPM vocabularies that omit the keys.
-  absl::StatusOr<int32_t> id = OptionalId(file, "tokenizer.ggml.bos_token_id", 1);
+  if (bpe) {
+    absl::StatusOr<std::vector<std::string>> merges = file.GetStringArray("tokenizer.ggml.merges");
+    if (!merges.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.merges: ", merges.status().message()));
+    }
+    vocab.merges = *std::move(merges);
+    // llama.cpp reads a missing key as "default" (with a warning).
+    absl::StatusOr<std::string> pre = Optional(file.GetString("tokenizer.ggml.pre"), std::string("default"));
+    if (!pre.ok()) return pre.status();
+    vocab.pre = *std::move(pre);
+  }
+  // SentencePiece defaults are llama.cpp's for vocabularies that omit the
+  // keys; byte-level vocabularies get no special id they do not name.
+  absl::StatusOr<int32_t> id = OptionalId(file, "tokenizer.ggml.bos_token_id", bpe ? -1 : 1);
   if (!id.ok()) return id.status();
   vocab.bos_id = *id;
-  id = OptionalId(file, "tokenizer.ggml.eos_token_id", 2);
+  id = OptionalId(file, "tokenizer.ggml.eos_token_id", bpe ? -1 : 2);
   if (!id.ok()) return id.status();
   vocab.eos_id = *id;
-  id = OptionalId(file, "tokenizer.ggml.unknown_token_id", 0);
+  id = OptionalId(file, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0);
   if (!id.ok()) return id.status();
   vocab.unk_id = *id;
   id = OptionalId(file, "tokenizer.ggml.padding_token_id", -1);
@@ -211,17 +129,29 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   id = OptionalId(file, "tokenizer.ggml.eot_token_id", -1);
   if (!id.ok()) return id.status();
   vocab.eot_id = *id;
-  absl::StatusOr<bool> flag = Optional(file.GetBool("tokenizer.ggml.add_bos_token"), true);
+  // llama.cpp: SentencePiece adds a BOS unless told otherwise; byte-level
+  // vocabularies only for the Llama 3 pre-tokenizer.
+  absl::StatusOr<bool> flag =
+      Optional(file.GetBool("tokenizer.ggml.add_bos_token"), !bpe || vocab.pre == "llama-bpe");
   if (!flag.ok()) return flag.status();
   vocab.add_bos = *flag;
-  flag = Optional(file.GetBool("tokenizer.ggml.add_space_prefix"), true);
-  if (!flag.ok()) return flag.status();
-  vocab.add_space_prefix = *flag;
+  // A byte-level vocabulary carries its spaces in its pieces; llama.cpp's
+  // byte-level encoder never prefixes one.
+  if (!bpe) {
+    flag = Optional(file.GetBool("tokenizer.ggml.add_space_prefix"), true);
+    if (!flag.ok()) return flag.status();
+    vocab.add_space_prefix = *flag;
+  }
   return FromVocab(std::move(vocab));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab vocab) {
   const size_t n = vocab.pieces.size();
+  if (vocab.model != "llama" && vocab.model != "gpt2") {
+    return absl::UnimplementedError(absl::StrCat("tokenizer.ggml.model = \"", vocab.model,
+                                                 "\" is not supported (supported: llama, gpt2)"));
+  }
+  const bool bpe = vocab.model == "gpt2";
   if (n == 0) return absl::InvalidArgumentError("tokenizer.ggml.tokens is empty");
   if (n > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("tokenizer.ggml.tokens has more than 2^31-1 entries");
@@ -235,6 +165,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   if (vocab.types.size() != n) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.token_type has ",
                                                    vocab.types.size(), " entries, tokenizer.ggml.tokens ", n));
+  }
+  if (bpe && vocab.add_space_prefix) {
+    return absl::InvalidArgumentError(
+        "tokenizer.ggml.add_space_prefix applies to \"llama\" vocabularies, not \"gpt2\"");
+  }
+  if (!bpe && (!vocab.merges.empty() || !vocab.pre.empty())) {
+    return absl::InvalidArgumentError(
+        "tokenizer.ggml.merges and tokenizer.ggml.pre apply to \"gpt2\" vocabularies, not \"llama\"");
   }
   const int32_t size = static_cast<int32_t>(n);
   const std::pair<const char*, int32_t> special_ids[] = {
@@ -270,11 +208,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
       impl->specials.Add(piece, i, /*always=*/false);
     }
   }
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    auto it = impl->piece_to_id.find(std::string_view(name));
-    impl->byte_ids[b] = it != impl->piece_to_id.end() ? it->second : v.unk_id;
+  if (bpe) {
+    absl::StatusOr<std::unique_ptr<SubwordCodec>> codec = MakeByteLevelBpeCodec(v, impl->piece_to_id);
+    if (!codec.ok()) return codec.status();
+    impl->codec = *std::move(codec);
+  } else {
+    impl->codec = MakeSentencePieceCodec(v, impl->piece_to_id);
   }
 
   auto lookup = [&](std::string_view p) {
@@ -292,8 +231,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   };
   add_eog(v.eos_id);
   add_eog(v.eot_id);
-  // End-of-turn spellings of the SentencePiece-vocabulary families we serve.
-  for (std::string_view p : {"<end_of_turn>", "<eot>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<EOT>"}) {
+  // End-of-turn and end-of-text spellings llama.cpp also treats as ending
+  // generation (a subset of its list: the families we serve).
+  for (std::string_view p :
+       {"<end_of_turn>", "<eot>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<EOT>", "<|endoftext|>"}) {
     add_eog(lookup(p));
   }
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
@@ -309,10 +250,7 @@ void Tokenizer::Impl::EncodeFragments(std::string_view text,
       after_special = true;
       continue;
     }
-    std::string run;
-    if (vocab.add_space_prefix && after_special) run = " ";
-    run.append(text.substr(f.begin, f.end - f.begin));
-    EncodeRun(ReplaceAll(run, " ", kSpaceMarker), out);
+    codec->EncodeRun(text.substr(f.begin, f.end - f.begin), after_special, out);
     after_special = false;
   }
 }
@@ -335,22 +273,15 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
 std::string Tokenizer::TokenBytes(int32_t id, bool render_special) const {
   const Impl& m = *impl_;
   if (!m.InRange(id)) return "";
-  const std::string& piece = m.vocab.pieces[id];
   switch (m.vocab.types[id]) {
     case TokenType::kNormal:
-      return ReplaceAll(piece, kSpaceMarker, " ");
+    case TokenType::kByte:
+      return m.codec->PieceBytes(id);
     case TokenType::kUserDefined:
-      return piece;
+      return m.vocab.pieces[id];
     case TokenType::kControl:
     case TokenType::kUnknown:
-      return render_special ? piece : "";
-    case TokenType::kByte: {
-      // "<0xXX>"; anything else typed as a byte renders as nothing.
-      if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return "";
-      unsigned value = 0;
-      if (std::sscanf(piece.c_str() + 3, "%2x", &value) != 1) return "";
-      return std::string(1, static_cast<char>(value));
-    }
+      return render_special ? m.vocab.pieces[id] : "";
     case TokenType::kUnused:
     case TokenType::kUndefined:
       return "";
@@ -396,6 +327,9 @@ bool Tokenizer::IsEndOfGeneration(int32_t id) const {
 TokenType Tokenizer::type(int32_t id) const {
   return impl_->InRange(id) ? impl_->vocab.types[id] : TokenType::kUndefined;
 }
+
+const std::string& Tokenizer::model() const { return impl_->vocab.model; }
+const std::string& Tokenizer::pre_tokenizer() const { return impl_->vocab.pre; }
 
 const std::string& Tokenizer::piece(int32_t id) const {
   static const std::string kEmpty;

@@ -1,12 +1,20 @@
 // Tokenizer built from a GGUF vocabulary (`tokenizer.ggml.*` keys).
 //
-// Supports the SentencePiece-style vocabulary (`tokenizer.ggml.model` =
-// "llama": Gemma, Llama 1/2): pieces with scores, "▁" (U+2581) for spaces,
-// byte-fallback pieces <0xXX>, and control / user-defined special tokens
-// (<bos>, <start_of_turn>, ...), matched in text when `parse_special` is set.
-// Encoding follows SentencePiece BPE: characters are merged greedily by the
-// highest-scoring adjacent pair that is itself a vocabulary piece; characters
-// that are no piece fall back to their UTF-8 bytes.
+// Two vocabulary kinds (`tokenizer.ggml.model`), behind one API:
+//   "llama"  SentencePiece (Gemma, Llama 1/2): pieces with scores, "▁"
+//            (U+2581) for spaces, byte-fallback pieces <0xXX>; characters
+//            merge greedily by the highest-scoring adjacent pair that is
+//            itself a piece, characters that are no piece fall back to their
+//            UTF-8 bytes.
+//   "gpt2"   byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM, DeepSeek, GLM-4):
+//            a regex pre-tokenizer chosen by `tokenizer.ggml.pre` splits text
+//            into words (engine/tokenizer/pre_tokenizer.h lists the supported
+//            ones), each byte is spelled by its character of the GPT-2
+//            byte-to-unicode alphabet, and within a word the adjacent pair
+//            with the lowest `tokenizer.ggml.merges` rank merges first.
+// Both split control / user-defined special tokens (<bos>, <|im_start|>, ...)
+// out of text the same way. docs/tokenizers.md describes both, and how they
+// were checked against llama.cpp and Hugging Face.
 //
 // Thread-safety: immutable after construction; any thread may call any method.
 #ifndef DECODED_ENGINE_TOKENIZER_TOKENIZER_H_
@@ -35,7 +43,9 @@ enum class TokenType : int32_t {
 // A vocabulary in plain vectors: what FromGguf reads from the `tokenizer.ggml.*`
 // keys. FromVocab builds a tokenizer from it directly (tests, other formats).
 struct TokenizerVocab {
-  std::vector<std::string> pieces;    // tokenizer.ggml.tokens, UTF-8 spelling, "▁" for space
+  std::string model = "llama";        // tokenizer.ggml.model: "llama" or "gpt2"
+  std::vector<std::string> pieces;    // tokenizer.ggml.tokens: SentencePiece spelling ("▁" for
+                                      // space), or GPT-2 byte-level spelling ("Ġ" for space)
   std::vector<float> scores;          // tokenizer.ggml.scores; empty = all 0
   std::vector<TokenType> types;       // tokenizer.ggml.token_type; empty = all kNormal
   int32_t bos_id = -1;                // -1 = none
@@ -44,7 +54,11 @@ struct TokenizerVocab {
   int32_t pad_id = -1;
   int32_t eot_id = -1;                // tokenizer.ggml.eot_token_id; also ends generation
   bool add_bos = true;                // tokenizer.ggml.add_bos_token
-  bool add_space_prefix = false;      // tokenizer.ggml.add_space_prefix
+  bool add_space_prefix = false;      // tokenizer.ggml.add_space_prefix ("llama" only)
+  // "gpt2" only: tokenizer.ggml.merges ("left right", rank = index) and
+  // tokenizer.ggml.pre (the pre-tokenizer's name).
+  std::vector<std::string> merges;
+  std::string pre;
 };
 
 struct ChatMessage {
@@ -54,14 +68,24 @@ struct ChatMessage {
 
 class Tokenizer {
  public:
-  // INVALID_ARGUMENT naming the key if the vocabulary is missing or
-  // inconsistent (array lengths differ, special ids out of range);
-  // UNIMPLEMENTED for tokenizer models other than "llama".
+  // Reads only the tokenizer.ggml.* keys. INVALID_ARGUMENT naming the key if
+  // the vocabulary is missing or inconsistent (array lengths differ, special
+  // ids out of range, a "gpt2" vocabulary without merges); UNIMPLEMENTED for
+  // tokenizer models other than "llama" and "gpt2", and for a
+  // tokenizer.ggml.pre this build does not know (the message names it and the
+  // supported ones). A "gpt2" file without tokenizer.ggml.pre gets "default",
+  // as in llama.cpp. Defaults for absent keys: "llama" as llama.cpp (BOS 1,
+  // EOS 2, UNK 0, add_bos and add_space_prefix true); "gpt2" no special ids,
+  // add_bos only for pre "llama-bpe", never a space prefix.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 
   // Builds from plain vectors. INVALID_ARGUMENT (naming the field) when the
   // vocabulary is empty, `scores`/`types` lengths differ from `pieces`, two
-  // pieces are equal, a piece is empty, or a special id is out of range.
+  // pieces are equal, a piece is empty, a special id is out of range, a
+  // field belongs to the other kind (merges/pre for "llama",
+  // add_space_prefix for "gpt2"), or, for "gpt2", a merge is not two pieces
+  // whose concatenation is a piece too; UNIMPLEMENTED for another `model` or
+  // an unknown `pre`.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromVocab(TokenizerVocab vocab);
 
   // Text -> token ids. A BOS is prepended when `add_bos` is set and the model
@@ -74,25 +98,39 @@ class Tokenizer {
   // text first, longer spellings before shorter ones, each leftmost first.
   // User-defined tokens (Gemma: "\n", runs of "\n" and of spaces, HTML tags)
   // are always split out; control and unknown tokens only with
-  // `parse_special`. Each remaining text run gets a space prefix only when
-  // tokenizer.ggml.add_space_prefix is set, has " " replaced by "▁", and is
-  // merged as SentencePiece BPE: repeatedly the adjacent pair with the highest
-  // piece score (leftmost on ties) whose concatenation is a normal or
-  // user-defined piece; symbols that end as no piece fall back to <0xXX>
-  // byte pieces (the unknown id if the vocabulary lacks one).
-  // Invalid UTF-8 is tolerated (its bytes fall back to byte pieces).
+  // `parse_special`. Each remaining text run is then encoded by the kind:
+  //  "llama": a space prefix only when tokenizer.ggml.add_space_prefix is
+  //   set (at the text start and after a special token), " " replaced by
+  //   "▁", merged as SentencePiece BPE: repeatedly the adjacent pair with the
+  //   highest piece score (leftmost on ties) whose concatenation is a normal
+  //   or user-defined piece; symbols that end as no piece fall back to <0xXX>
+  //   byte pieces (the unknown id if the vocabulary lacks one). Invalid UTF-8
+  //   is tolerated (its bytes fall back to byte pieces).
+  //  "gpt2": invalid UTF-8 is first repaired by ToValidUtf8PerByte (utf8.h:
+  //   each byte that begins no well-formed sequence becomes U+FFFD, as in
+  //   llama.cpp), the pre-tokenizer splits the run into words, and each word's
+  //   bytes, spelled in the byte-level alphabet, merge by lowest merge rank
+  //   (leftmost on ties); with pre "llama-bpe"/"glm4" a word that is a piece
+  //   is taken whole. A byte whose alphabet character is no piece yields no
+  //   id (as in llama.cpp and HF), so such text does not round-trip.
   // Cost: O(n log n) in the text length; no scan over the vocabulary.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special) const;
 
-  // The bytes a token stands for: "▁" -> " ", <0xXX> -> that byte, control
-  // tokens -> "" unless `render_special`. Bytes may be part of a UTF-8 sequence.
+  // The bytes a token stands for. Normal pieces: "llama" maps "▁" -> " ";
+  // "gpt2" maps each byte-level character back to its byte (a piece with a
+  // character outside that alphabet renders as its own spelling). <0xXX>
+  // byte pieces ("llama") -> that byte. Control and unknown tokens -> ""
+  // unless `render_special`. Bytes may be part of a UTF-8 sequence.
   // User-defined tokens always render as their spelling; unused/undefined
-  // tokens and ids outside [0, vocab_size) render as "".
+  // tokens, byte-typed pieces of a "gpt2" vocabulary and ids outside
+  // [0, vocab_size) render as "".
   std::string TokenBytes(int32_t id, bool render_special = false) const;
 
   // Concatenated TokenBytes (with add_space_prefix, one leading space of the
   // first piece is dropped, as llama.cpp's detokenizer does): raw bytes, which
   // byte tokens can make invalid UTF-8. Text for clients comes from Detokenize.
+  // No clean-up of spaces before punctuation (llama.cpp does that for some
+  // "gpt2" pre-tokenizers: gpt-2, llama-bpe, glm4, default).
   // INVALID_ARGUMENT on an id outside [0, vocab_size).
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool render_special = false) const;
 
@@ -147,6 +185,8 @@ class Tokenizer {
   const std::vector<int32_t>& end_of_generation_ids() const;
   bool IsEndOfGeneration(int32_t id) const;
   TokenType type(int32_t id) const;  // kUndefined if out of range
+  const std::string& model() const;          // "llama" or "gpt2"
+  const std::string& pre_tokenizer() const;  // tokenizer.ggml.pre ("gpt2"); "" for "llama"
   const std::string& piece(int32_t id) const;  // raw vocabulary spelling; "" if out of range
   // Id of the piece spelled exactly `piece`, -1 if none. O(1).
   int32_t PieceToId(std::string_view piece) const;

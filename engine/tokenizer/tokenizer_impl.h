@@ -3,15 +3,16 @@
 #define DECODED_ENGINE_TOKENIZER_TOKENIZER_IMPL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/tokenizer/special_token_matcher.h"
+#include "engine/tokenizer/subword_codec.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace decoded {
@@ -19,15 +20,10 @@ namespace decoded {
 struct Tokenizer::Impl {
   TokenizerVocab vocab;  // pieces/scores/types always vocab_size long
   // Keys view into vocab.pieces, which never changes after construction.
-  absl::flat_hash_map<std::string_view, int32_t> piece_to_id;
-  // Whether BPE may merge into the piece: normal and user-defined pieces, as
-  // in SentencePiece (control, unknown, unused and byte pieces never come out
-  // of a merge, so "<eos>" typed as plain text stays plain text).
-  bool Mergeable(int32_t id) const {
-    const TokenType t = vocab.types[id];
-    return t == TokenType::kNormal || t == TokenType::kUserDefined;
-  }
-  int32_t byte_ids[256];  // <0xXX> piece per byte, unk_id where absent
+  PieceIndex piece_to_id;
+  // The vocabulary kind's encoding and piece bytes (subword_codec.h); refers
+  // to `vocab` and `piece_to_id`.
+  std::unique_ptr<const SubwordCodec> codec;
   SpecialTokenMatcher specials;
   std::vector<int32_t> end_of_generation;
   int32_t start_of_turn_id = -1;
@@ -38,13 +34,8 @@ struct Tokenizer::Impl {
   // INVALID_ARGUMENT naming the first id outside [0, vocab_size) and its position.
   absl::Status CheckIds(absl::Span<const int32_t> ids) const;
 
-  // Appends the SentencePiece-BPE encoding of one run of (already escaped)
-  // text to `out`.
-  void EncodeRun(std::string_view text, std::vector<int32_t>& out) const;
-
   // Appends the ids of `text` split into `fragments` (SpecialTokenMatcher):
-  // special fragments as their id, each text run space-prefixed (with
-  // add_space_prefix), escaped and BPE-merged. No BOS.
+  // special fragments as their id, each text run through the codec. No BOS.
   void EncodeFragments(std::string_view text, absl::Span<const SpecialTokenMatcher::Fragment> fragments,
                        std::vector<int32_t>& out) const;
 

@@ -65,4 +65,28 @@ std::string ToValidUtf8(std::string_view bytes) {
   return out;
 }
 
+std::string ToValidUtf8PerByte(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() + bytes.size() / 2);
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const Utf8Lead lead = Utf8LeadOf(static_cast<uint8_t>(bytes[i]));
+    bool well_formed = lead.length > 0 && i + lead.length <= bytes.size();
+    for (int k = 1; well_formed && k < lead.length; ++k) {
+      const uint8_t b = static_cast<uint8_t>(bytes[i + k]);
+      const uint8_t lo = k == 1 ? lead.second_lo : 0x80;
+      const uint8_t hi = k == 1 ? lead.second_hi : 0xBF;
+      well_formed = b >= lo && b <= hi;
+    }
+    if (well_formed) {
+      out.append(bytes.substr(i, lead.length));
+      i += lead.length;
+    } else {
+      out.append(kReplacementCharacter);
+      ++i;
+    }
+  }
+  return out;
+}
+
 }  // namespace decoded

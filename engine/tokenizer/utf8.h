@@ -11,8 +11,13 @@
 // it starts none) is replaced by one U+FFFD, and scanning resumes at the next
 // byte. A stream that ends inside a sequence gets one U+FFFD for it.
 //
+// Text the byte-level BPE encoder reads is repaired differently, by
+// llama.cpp's per-byte rule (ToValidUtf8PerByte below), so that its ids match
+// llama.cpp's.
+//
 // Thread-safety: Utf8Sanitizer holds per-stream state and is not for
-// concurrent use; ToValidUtf8 may be called from any thread.
+// concurrent use; ToValidUtf8 and ToValidUtf8PerByte may be called from any
+// thread.
 #ifndef DECODED_ENGINE_TOKENIZER_UTF8_H_
 #define DECODED_ENGINE_TOKENIZER_UTF8_H_
 
@@ -53,6 +58,17 @@ class Utf8Sanitizer {
 
 // Whole-string form: `bytes` as valid UTF-8, by the rule above.
 std::string ToValidUtf8(std::string_view bytes);
+
+// The repair of text *to be encoded* by a byte-level BPE vocabulary, which is
+// llama.cpp's (unicode_cpts_from_utf8) wherever that one is sound: scanning
+// left to right, a well-formed sequence (Table 3-7) is kept, and any byte
+// that does not begin one becomes one U+FFFD, the scan resuming at the next
+// byte. So a sequence cut short costs one U+FFFD per byte (C3 "(" -> U+FFFD
+// "("; E4 B8 -> two), where the rule above gives one per maximal subpart.
+// llama.cpp instead decodes overlong forms (C0 AF as "/"), passes encoded
+// surrogates through and aborts on sequences above U+10FFFF; here every byte
+// of those becomes U+FFFD too.
+std::string ToValidUtf8PerByte(std::string_view bytes);
 
 }  // namespace decoded
 

@@ -21,6 +21,21 @@ inline bool RealModelRequired() {
   return r && std::string(r) == "1";
 }
 
+// A further real model whose path `env_var` names (e.g. DECODED_SMOLLM2_PATH),
+// else ~/.cache/decoded/`file_name`. `required`: the variable is set, so a
+// missing file is a failure, not a skip (CI sets the variables once it
+// fetches the file).
+struct NamedModel {
+  std::string path;
+  bool required;
+};
+
+inline NamedModel NamedModelPath(const char* env_var, const char* file_name) {
+  if (const char* p = std::getenv(env_var); p && *p) return {p, true};
+  const char* home = std::getenv("HOME");
+  return {std::string(home ? home : "/root") + "/.cache/decoded/" + file_name, false};
+}
+
 // Data files committed under tests/data.
 inline std::string TestDataPath(const std::string& name) {
   return std::string(DECODED_TEST_DATA_DIR) + "/" + name;
@@ -37,6 +52,15 @@ inline std::string TestDataPath(const std::string& name) {
       }                                                                              \
       GTEST_SKIP() << "real model missing at " << ::decoded::testing::RealModelPath(); \
     }                                                                                \
+  } while (0)
+
+// Skips the test when the NamedModel `model` is absent, fails when it is required.
+#define DECODED_REQUIRE_NAMED_MODEL(model)                                        \
+  do {                                                                          \
+    if (!std::filesystem::exists((model).path)) {                               \
+      if ((model).required) FAIL() << "model missing at " << (model).path;      \
+      GTEST_SKIP() << "model missing at " << (model).path;                      \
+    }                                                                           \
   } while (0)
 
 #endif  // DECODED_TESTS_COMMON_MODEL_PATH_H_

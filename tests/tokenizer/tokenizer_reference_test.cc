@@ -11,31 +11,16 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/model_path.h"
+#include "tests/tokenizer/hex.h"
 #include "tests/tokenizer/real_tokenizer.h"
 
 namespace decoded {
 namespace {
 
+using ::decoded::testing::FromHex;
 using ::decoded::testing::RealTokenizer;
 using ::decoded::testing::TestDataPath;
-
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
-
-std::string ToHex(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
+using ::decoded::testing::ToHex;
 
 nlohmann::json LoadReference() {
   std::ifstream in(TestDataPath("gemma3_tokenizer_reference.json"));

@@ -145,5 +145,27 @@ TEST(Utf8Test, AllShortSequencesOverRangeEdgesMatchTheTableOracle) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// The encoder's repair (llama.cpp's per-byte rule): worked by hand from
+// Table 3-7, and contrasted with the maximal-subpart rule where they differ.
+TEST(Utf8PerByteTest, EachByteThatBeginsNoWellFormedSequenceBecomesOneReplacement) {
+  const std::string r(kReplacementCharacter);
+  EXPECT_EQ(ToValidUtf8PerByte(""), "");
+  EXPECT_EQ(ToValidUtf8PerByte(CodePoints({'a', 0xE9, 0x4E2D, 0x1F600})), CodePoints({'a', 0xE9, 0x4E2D, 0x1F600}));
+  // A sequence cut short: one U+FFFD per byte (the maximal-subpart rule gives one).
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0xE4, 0xB8, 'b'})), r + r + "b");
+  EXPECT_EQ(ToValidUtf8(Bytes({0xE4, 0xB8, 'b'})), r + "b");
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({'x', 0xF0, 0x9F, 0x98})), "x" + r + r + r);
+  // The byte after a broken lead byte starts afresh.
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0xC3, '(', 0xC3, 0xA9})), r + "(" + CodePoints({0xE9}));
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0x80, 0xBF, 0xFF, 0xF8})), r + r + r + r);
+  // Overlong forms, surrogates and code points above U+10FFFF, which
+  // llama.cpp decodes, passes through or aborts on, lose every byte.
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0xC0, 0xAF})), r + r);
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0xE0, 0x80, 0xAF})), r + r + r);
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0xED, 0xA0, 0x80})), r + r + r);
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0xF4, 0x90, 0x80, 0x80})), r + r + r + r);
+  EXPECT_EQ(ToValidUtf8PerByte(Bytes({0xF4, 0x8F, 0xBF, 0xBF})), Bytes({0xF4, 0x8F, 0xBF, 0xBF}));
+}
+
 }  // namespace
 }  // namespace decoded
