@@ -10,6 +10,10 @@ export DECODED_MODEL_PATH="${DECODED_MODEL_PATH:-$(scripts/fetch_model.sh)}"
 # An all-F32 copy of the same weights (made locally, verified by sha256) for
 # the tight real-architecture comparison with transformers.
 export DECODED_F32_MODEL_PATH="${DECODED_F32_MODEL_PATH:-$(scripts/fetch_f32_model.sh)}"
+# The instruction-tuned models of the next families (their tokenizers are
+# tested against Hugging Face's and llama.cpp's ids already).
+export DECODED_SMOLLM2_PATH="${DECODED_SMOLLM2_PATH:-$(scripts/fetch_model.sh smollm2)}"
+export DECODED_QWEN2_PATH="${DECODED_QWEN2_PATH:-$(scripts/fetch_model.sh qwen2)}"
 export DECODED_REQUIRE_MODEL=1
 # llama.cpp (llama-cpp-python, built with portable CPU flags) for the check that
 # the committed llama.cpp reference still reproduces here. The first build takes
