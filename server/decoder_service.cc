@@ -1,6 +1,9 @@
 #include "server/decoder_service.h"
 
+#include <string_view>
 #include <vector>
+
+#include "absl/strings/match.h"
 
 #include "server/generate_reactor.h"
 #include "server/request_parser.h"
@@ -8,12 +11,30 @@
 #include "server/status_map.h"
 
 namespace decoded::server {
+namespace {
+
+// "Bearer <token>" with the scheme matched case-insensitively (RFC 7235
+// section 2.1) and the token exactly, in time independent of where it differs.
+bool IsBearer(std::string_view header, std::string_view token) {
+  constexpr std::string_view kScheme = "bearer ";
+  if (header.size() != kScheme.size() + token.size()) return false;
+  // Debian's Abseil has its own string_view type.
+  if (!absl::EqualsIgnoreCase(absl::string_view(header.data(), kScheme.size()),
+                              absl::string_view(kScheme.data(), kScheme.size()))) {
+    return false;
+  }
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= header[kScheme.size() + i] ^ token[i];
+  return diff == 0;
+}
+
+}  // namespace
 
 serving::Engine* DecoderService::Ready(const grpc::CallbackServerContext& context, absl::Status* refuse) const {
   if (!auth_token_.empty()) {
     const auto& md = context.client_metadata();
     auto it = md.find("authorization");
-    if (it == md.end() || std::string_view(it->second.data(), it->second.size()) != "Bearer " + auth_token_) {
+    if (it == md.end() || !IsBearer(std::string_view(it->second.data(), it->second.size()), auth_token_)) {
       *refuse = absl::UnauthenticatedError("missing or wrong bearer token");
       return nullptr;
     }

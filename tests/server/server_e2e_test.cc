@@ -515,15 +515,21 @@ TEST(ServerAuthTest, RpcsWithoutTheBearerTokenAreUnauthenticated) {
   ASSERT_NE(server, nullptr);
   auto stub = StubOf(*server);
 
-  auto info = [&](const std::string& token) {
+  auto info = [&](const std::string& header) {
     grpc::ClientContext ctx;
-    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    if (!header.empty()) ctx.AddMetadata("authorization", header);
     v1::ModelInfo resp;
     return stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &resp).error_code();
   };
   EXPECT_EQ(info(""), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(info("wrong"), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(info("s3cret"), grpc::StatusCode::OK);
+  EXPECT_EQ(info("Bearer wrong"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info("Bearer s3cre"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info("Bearer s3cretx"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info("Basic s3cret"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info("Bearer S3CRET"), grpc::StatusCode::UNAUTHENTICATED);  // the token is exact
+  EXPECT_EQ(info("Bearer s3cret"), grpc::StatusCode::OK);
+  EXPECT_EQ(info("bearer s3cret"), grpc::StatusCode::OK);  // the scheme is not (RFC 7235)
+  EXPECT_EQ(info("BEARER s3cret"), grpc::StatusCode::OK);
 
   grpc::ClientContext ctx;
   auto stream = stub->Generate(&ctx);
