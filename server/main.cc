@@ -5,7 +5,8 @@
 // health NOT_SERVING, new streams refused, running turns get --drain_seconds
 // to finish, then end with finish reason SHUTDOWN; the process exits within
 // --drain_seconds. A signal while the model loads exits at once. Either way
-// the exit status after SIGTERM/SIGINT is 0: the daemon stopped as asked.
+// the exit status after SIGTERM/SIGINT is 0: the daemon stopped as asked. A
+// second signal during the drain exits at once with status 1 (drain cut).
 #include <signal.h>
 #include <unistd.h>
 
@@ -101,6 +102,11 @@ int main(int argc, char** argv) {
       std::_Exit(0);
     }
     drain.Notify();
+    // A second signal during the drain: the operator wants out now. Turns
+    // still running get no final event; the status says the drain was cut.
+    sigwait(&signals, &sig);
+    std::cerr << "decoded: second signal " << sig << " while draining, exiting at once\n";
+    std::_Exit(1);
   });
   signal_waiter.detach();
 

@@ -274,6 +274,25 @@ TEST(DaemonProcessTest, SignalDuringModelLoadExitsZero) {
   }
 }
 
+// A second signal while a drain waits for a long turn: the operator wants out
+// now, so the daemon exits at once, with status 1 (the drain was cut short).
+TEST(DaemonProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(ModelFlags({"--drain_seconds=30"}));
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  auto stub = v1::Decoder::NewStub(daemon.channel());
+  grpc::ClientContext ctx;
+  auto stream = stub->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("Count to one thousand:", 480)));
+  v1::GenerateResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  daemon.Signal(SIGTERM);
+  absl::SleepFor(absl::Milliseconds(300));
+  daemon.Signal(SIGINT);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(5)), 1) << daemon.Log();
+  EXPECT_LT(daemon.exit_time(), absl::Seconds(3)) << "waited for the drain";
+}
+
 // 1,000 streams aborted at random phases (before their turn, while queued,
 // during prefill, during decode): the daemon gives freed memory back, every
 // gauge returns to 0 and every session counts as client_gone.
