@@ -50,7 +50,7 @@ size_t SlotBytes(DataSlot slot, const DecodeModel& model) {
 NodeId DecodeLayerInputs::rope(NodeId x, int32_t n_heads, const std::string& name) const {
   const int32_t v = rope_plan_.variant_of(layer);
   if (v < 0) return x;
-  return graph.rope(x, data_.rope_cos, data_.rope_sin, v, n_heads, rope_plan_.head_dim(), name);
+  return graph.rope(x, data_.rope_cos, data_.rope_sin, v, n_heads, rope_plan_.head_dim(), rope_plan_.pairing(), name);
 }
 
 NodeId DecodeLayerInputs::attention(NodeId q, NodeId k, NodeId v, float scale, float softcap) const {

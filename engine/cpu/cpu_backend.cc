@@ -208,6 +208,13 @@ class CpuPlan final : public CompiledPlan {
       case Op::kGeluMul:
         cpu::GeluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
         break;
+      case Op::kSwiGlu:
+        cpu::SiluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
+        break;
+      case Op::kAddRow:
+        cpu::AddRow(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows, n.cols,
+                    ith, nth);
+        break;
       case Op::kSoftcap:
         cpu::Softcap(static_cast<const float*>(s.src[0]), n.f0, s.out, count, ith, nth);
         break;
@@ -219,8 +226,14 @@ class CpuPlan final : public CompiledPlan {
       case Op::kRope: {
         const int64_t half = n.i1 / 2;
         const int64_t row0 = static_cast<int64_t>(n.i2) * n.rows;
-        cpu::RopeNeox(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]) + row0 * half,
-                      static_cast<const float*>(s.src[2]) + row0 * half, s.out, n.rows, n.i0, n.i1, ith, nth);
+        const auto* x = static_cast<const float*>(s.src[0]);
+        const float* cos = static_cast<const float*>(s.src[1]) + row0 * half;
+        const float* sin = static_cast<const float*>(s.src[2]) + row0 * half;
+        if (n.rope_pairing == RopePairing::kAdjacent) {
+          cpu::RopeAdjacent(x, cos, sin, s.out, n.rows, n.i0, n.i1, ith, nth);
+        } else {
+          cpu::RopeNeox(x, cos, sin, s.out, n.rows, n.i0, n.i1, ith, nth);
+        }
         break;
       }
       case Op::kKvWrite: {

@@ -16,6 +16,8 @@ const char* OpName(Op op) {
     case Op::kAdd: return "add";
     case Op::kScale: return "scale";
     case Op::kGeluMul: return "gelu_mul";
+    case Op::kSwiGlu: return "swiglu";
+    case Op::kAddRow: return "add_row";
     case Op::kSoftcap: return "softcap";
     case Op::kTakeLastRow: return "take_last_row";
     case Op::kRope: return "rope";
@@ -114,6 +116,14 @@ NodeId Graph::gelu_mul(NodeId gate, NodeId up, std::string name) {
   return push(F32Node(Op::kGeluMul, node(gate).rows, node(gate).cols, {gate, up}, std::move(name)));
 }
 
+NodeId Graph::swiglu(NodeId gate, NodeId up, std::string name) {
+  return push(F32Node(Op::kSwiGlu, node(gate).rows, node(gate).cols, {gate, up}, std::move(name)));
+}
+
+NodeId Graph::add_row(NodeId x, NodeId bias, std::string name) {
+  return push(F32Node(Op::kAddRow, node(x).rows, node(x).cols, {x, bias}, std::move(name)));
+}
+
 NodeId Graph::softcap(NodeId x, float cap, std::string name) {
   Node n = F32Node(Op::kSoftcap, node(x).rows, node(x).cols, {x}, std::move(name));
   n.f0 = cap;
@@ -125,11 +135,12 @@ NodeId Graph::take_last_row(NodeId x, std::string name) {
 }
 
 NodeId Graph::rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
-                   int32_t head_dim, std::string name) {
+                   int32_t head_dim, RopePairing pairing, std::string name) {
   Node n = F32Node(Op::kRope, node(x).rows, node(x).cols, {x, cos, sin}, std::move(name));
   n.i0 = n_heads;
   n.i1 = head_dim;
   n.i2 = variant;
+  n.rope_pairing = pairing;
   return push(std::move(n));
 }
 

@@ -53,14 +53,24 @@ enum class Op : uint8_t {
   kAdd,          // out = a + b                           src: a, b (same shape)
   kScale,        // out = x * f0                          src: x
   kGeluMul,      // out = gelu_tanh(a) * b                src: a, b
+  kSwiGlu,       // out = silu(a) * b                     src: a, b
+  kAddRow,       // out[r] = x[r] + b[0]                  src: x, b (f32 weight [1, x.cols])
   kSoftcap,      // out = f0 * tanh(x / f0)               src: x
   kTakeLastRow,  // out[0] = x[rows - 1]                  src: x
-  kRope,         // rotary embedding, NeoX (rotate-half) pairing; src: x, cos, sin
+  kRope,         // rotary embedding, pairing per Node::rope_pairing; src: x, cos, sin
   kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
   kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite, vwrite
 };
 
 const char* OpName(Op op);
+
+// Which dimensions of a head RoPE rotates together (pair i uses frequency i).
+// llama.cpp's GGUF for arch "llama" stores Q/K rows permuted so that its
+// LLAMA_ROPE_TYPE_NORM pairing reproduces HF's rotate-half on the original rows.
+enum class RopePairing : uint8_t {
+  kNeox,      // d pairs with d + head_dim/2 (HF rotate_half; llama.cpp NEOX)
+  kAdjacent,  // 2i pairs with 2i + 1 (RoFormer's layout; llama.cpp NORM)
+};
 
 // Where a KV write takes its row offset from (seed: the two KV-write offset paths).
 enum class KvOffsetPath : uint8_t {
@@ -85,6 +95,7 @@ struct Node {
   int32_t i3 = 0;
   DType act_for = DType::kF32;        // kQuantize: weight type whose activation type to produce
   KvOffsetPath offset_path = KvOffsetPath::kDeviceOffset;  // kKvWrite
+  RopePairing rope_pairing = RopePairing::kNeox;           // kRope
 
   const WeightTensor* weight = nullptr;  // kWeight
   int32_t input_slot = -1;               // kInput: index into the session's bindings
@@ -130,12 +141,17 @@ class Graph {
   NodeId add(NodeId a, NodeId b, std::string name);
   NodeId scale(NodeId x, float s, std::string name);
   NodeId gelu_mul(NodeId gate, NodeId up, std::string name);
+  // silu(gate) * up, silu(x) = x / (1 + e^-x): the SwiGLU FFN (Shazeer 2020).
+  NodeId swiglu(NodeId gate, NodeId up, std::string name);
+  // x [r, c] plus the f32 weight row `bias` [1, c] added to every row.
+  NodeId add_row(NodeId x, NodeId bias, std::string name);
   NodeId softcap(NodeId x, float cap, std::string name);
   NodeId take_last_row(NodeId x, std::string name);
   // x [seq, n_heads * head_dim]; cos/sin [n_variants * seq, head_dim / 2];
-  // uses rows [variant * seq, (variant + 1) * seq). i0 = n_heads, i1 = head_dim, i2 = variant.
+  // uses rows [variant * seq, (variant + 1) * seq). i0 = n_heads, i1 = head_dim, i2 = variant;
+  // rope_pairing = pairing.
   NodeId rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
-              int32_t head_dim, std::string name);
+              int32_t head_dim, RopePairing pairing, std::string name);
   // Writes x [seq, n_kv_heads * head_dim] into layer `layer`'s K (is_v = false)
   // or V cache rows [offset, offset + seq). `offset` is the i32 data node for
   // the device-offset path, kNoNode for the symbol path.
