@@ -132,10 +132,10 @@ class LlamaStyle final : public DecodeModel {
               "model file: ", hp.key("attention.value_length"), " = ", *value_length, " differs from ",
               hp.key("attention.key_length"), " = ", d.head_dim, " (this family uses one head size)"));
         },
-        // Partial rotary (fewer rotated dimensions than the head) is another
-        // family's feature; this layer rotates whole heads.
+        // More rotated dimensions than the head holds is a malformed file;
+        // fewer (partial rotary) is another family's feature.
         [&]() -> absl::Status {
-          auto rot = hp.IntOr("rope.dimension_count", d.head_dim, {1, hb::kMaxHeadDim});
+          auto rot = hp.IntOr("rope.dimension_count", d.head_dim, {2, d.head_dim, hp.key("attention.key_length"), 2});
           if (!rot.ok()) return rot.status();
           if (*rot == d.head_dim) return absl::OkStatus();
           return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.dimension_count"), " = ", *rot,
