@@ -10,14 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "engine/hparam_bounds.h"
 #include "engine/hparams.h"
+#include "models/family_base.h"
 
 namespace decoded {
 namespace {
 
 struct LlamaStyleConfig {
-  DecodeDims dims;
   int32_t ffn = 0;
-  int32_t context_length = 0;
   double rope_base = 10000.0;  // llama.cpp's default
   double rope_freq_scale = 1.0;
   double eps = 1e-5;
@@ -28,29 +27,16 @@ struct LayerWeights {
   const WeightTensor *bq = nullptr, *bk = nullptr, *bv = nullptr;  // all or none
 };
 
-class LlamaStyle final : public DecodeModel {
+class LlamaStyle final : public FamilyBase {
  public:
   static absl::StatusOr<std::unique_ptr<DecodeModel>> Create(const LlamaStyleSpec& spec,
                                                              std::shared_ptr<const Weights> weights,
                                                              const FamilyOptions& options) {
-    auto m = std::unique_ptr<LlamaStyle>(new LlamaStyle(spec));
-    m->weights_ = std::move(weights);
-    m->backend_ = options.backend ? options.backend : &CpuBackend();
-    m->offset_path_ = options.kv_offset_path.value_or(KvOffsetPath::kDeviceOffset);
+    auto m = std::unique_ptr<LlamaStyle>(new LlamaStyle(spec, std::move(weights), options));
     if (auto s = m->ReadConfig(); !s.ok()) return s;
     if (auto s = m->BindWeights(); !s.ok()) return s;
     return std::unique_ptr<DecodeModel>(std::move(m));
   }
-
-  const std::string& family() const override { return spec_.arch; }
-  uint64_t structural_hash() const override { return hash_; }
-  const Weights& weights() const override { return *weights_; }
-  Backend& backend() const override { return *backend_; }
-  const DecodeDims& dims() const override { return cfg_.dims; }
-  const MaskPlan& mask_plan() const override { return mask_plan_; }
-  const RopePlan& rope_plan() const override { return rope_plan_; }
-  KvOffsetPath kv_offset_path() const override { return offset_path_; }
-  int32_t trained_context_length() const override { return cfg_.context_length; }
 
   NodeId embed(Graph& g, NodeId token_ids) const override {
     return g.get_rows(g.weight(*tok_embd_), token_ids, "inp_embd");
@@ -61,7 +47,7 @@ class LlamaStyle final : public DecodeModel {
     const LayerWeights& w = layers_[static_cast<size_t>(in.layer)];
     const std::string p = absl::StrCat("blk.", in.layer, ".");
     const float eps = static_cast<float>(cfg_.eps);
-    const DecodeDims& d = cfg_.dims;
+    const DecodeDims& d = dims_;
 
     NodeId h = g.rms_norm(in.x, g.weight(*w.attn_norm), eps, p + "attn_norm");
     NodeId q = g.matmul(g.weight(*w.wq), h, p + "attn_q");
@@ -92,14 +78,15 @@ class LlamaStyle final : public DecodeModel {
   }
 
  private:
-  explicit LlamaStyle(LlamaStyleSpec spec) : spec_(std::move(spec)) {}
+  LlamaStyle(LlamaStyleSpec spec, std::shared_ptr<const Weights> weights, const FamilyOptions& options)
+      : FamilyBase(spec.arch, std::move(weights), options), spec_(std::move(spec)) {}
 
   // Every number comes through HParams (engine/hparams.h), checked before
   // anything is sized by it. Defaults are llama.cpp's.
   absl::Status ReadConfig() {
     namespace hb = hparam_bounds;
     HParams hp(*weights_, spec_.arch);
-    DecodeDims& d = cfg_.dims;
+    DecodeDims& d = dims_;
     auto assign = [](auto& dst, auto v) -> absl::Status {
       if (!v.ok()) return v.status();
       dst = *v;
@@ -142,7 +129,7 @@ class LlamaStyle final : public DecodeModel {
                                                        " rotates part of a head of ", d.head_dim,
                                                        "; partial rotary is not supported for ", spec_.arch));
         },
-        [&] { return assign(cfg_.context_length, hp.Int("context_length", {1, hb::kMaxContextLength})); },
+        [&] { return assign(context_length_, hp.Int("context_length", {1, hb::kMaxContextLength})); },
         [&] {
           return assign(cfg_.eps, hp.Float("attention.layer_norm_rms_epsilon", {hb::kMinNormalFloat32, 1.0}));
         },
@@ -189,7 +176,7 @@ class LlamaStyle final : public DecodeModel {
   }
 
   absl::Status BindWeights() {
-    DecodeDims& d = cfg_.dims;
+    DecodeDims& d = dims_;
     HParams hp(*weights_, spec_.arch);
     auto emb = hp.Tensor("token_embd.weight", Dim{}, hp.dim("embedding_length", d.hidden));
     if (!emb.ok()) return emb.status();
@@ -289,13 +276,7 @@ class LlamaStyle final : public DecodeModel {
   }
 
   const LlamaStyleSpec spec_;
-  std::shared_ptr<const Weights> weights_;
-  Backend* backend_ = nullptr;
-  KvOffsetPath offset_path_ = KvOffsetPath::kDeviceOffset;
   LlamaStyleConfig cfg_;
-  MaskPlan mask_plan_;
-  RopePlan rope_plan_;
-  uint64_t hash_ = 0;
   const WeightTensor* tok_embd_ = nullptr;
   const WeightTensor* output_ = nullptr;
   const WeightTensor* output_norm_ = nullptr;
