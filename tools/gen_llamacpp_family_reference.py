@@ -2,11 +2,13 @@
 """Records llama.cpp's greedy decode of the real SmolLM2-135M-Instruct (arch llama) and Qwen2.5-Coder-0.5B-Instruct
 (arch qwen2) GGUFs, as an independent reference for the llama-style families.
 
-Settings as tools/gen_llamacpp_reference.py (Gemma 3): llama-cpp-python, n_threads=2, n_ctx=256, logits_all=True,
+Settings as tools/gen_llamacpp_reference.py (Gemma 3): llama-cpp-python, n_threads=2, n_ctx=512, logits_all=True,
 F32 KV cache, flash attention off. For each prompt: tokenize with add_bos=True, special=True (SmolLM2 adds BOS,
 Qwen2.5's vocabulary says not to; llama.cpp follows tokenizer.ggml.add_bos_token), prefill, then greedy-decode
 N tokens one at a time on the raw logits (np.argmax), never stopping early. Records prompt ids, generated ids,
 the top-1/top-2 gap and argmax logit of every step and the top-20 (id, logit) pairs of the first 4 steps.
+Also the perplexity of tests/data/perplexity_text.txt (tokenized with BOS, evaluated in one pass with logits for
+every position): exp of the mean of -log softmax(logits[i])[ids[i + 1]] over every token after the first.
 
 Writes tests/data/<model>_llamacpp.json. Model paths: DECODED_SMOLLM2_PATH / DECODED_QWEN2_PATH, else
 ~/.cache/decoded/<file>.
@@ -80,6 +82,18 @@ def run_case(llm, text: str, n_gen: int) -> dict:
             "generated_text": llm.detokenize(generated).decode("utf-8", errors="replace")}
 
 
+def perplexity(llm, text: str) -> dict:
+    ids = llm.tokenize(text.encode(), add_bos=True, special=False)
+    llm.reset()
+    llm.eval(ids)
+    logits = np.asarray(llm.scores[:len(ids)], dtype=np.float64)
+    m = logits.max(axis=1, keepdims=True)
+    logz = (m[:, 0] + np.log(np.exp(logits - m).sum(axis=1)))
+    nll = logz[:-1] - logits[np.arange(len(ids) - 1), ids[1:]]
+    return {"text_file": "perplexity_text.txt", "ids": [int(t) for t in ids], "mean_nll": float(nll.mean()),
+            "perplexity": float(np.exp(nll.mean()))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="")
@@ -91,7 +105,7 @@ def main() -> int:
         if name not in wanted:
             continue
         path = model_path(name)
-        llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False,
+        llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_threads=2, logits_all=True, verbose=False,
                               seed=1234, type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32,
                               flash_attn=False)
         cases = []
@@ -100,12 +114,14 @@ def main() -> int:
             c = {"name": p["name"], "prompt": p["text"], **c}
             print(f"[{name}] {p['name']}: {c['generated_text']!r} min gap {min(c['top1_top2_gap']):.3f}")
             cases.append(c)
+        ppl = perplexity(llm, (REPO_ROOT / "tests" / "data" / "perplexity_text.txt").read_text())
+        print(f"[{name}] perplexity {ppl['perplexity']:.4f} over {len(ppl['ids'])} tokens")
         doc = {"description": f"llama.cpp greedy decode of {path.name} (raw-logit argmax, teacher-forcing reference)",
                "generator": "tools/gen_llamacpp_family_reference.py",
                "versions": {"llama_cpp_python": llama_cpp.__version__, "numpy": np.__version__},
                "model": {"file": path.name, "bytes": path.stat().st_size},
-               "settings": {"n_threads": 2, "n_ctx": 256, "kv_type": "f32", "flash_attn": False},
-               "cases": cases}
+               "settings": {"n_threads": 2, "n_ctx": 512, "kv_type": "f32", "flash_attn": False},
+               "cases": cases, "perplexity": ppl}
         out = args.out_dir / f"{name}_llamacpp.json"
         out.write_text(json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n")
         print(f"[{name}] wrote {out} ({out.stat().st_size} B)")

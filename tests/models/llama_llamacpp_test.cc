@@ -7,11 +7,15 @@
 // near-ties chaotic), and the other RoPE pairing as the broken control.
 // Model paths: DECODED_SMOLLM2_PATH / DECODED_QWEN2_PATH (a missing file is
 // then a failure), else ~/.cache/decoded/<file> (skipped when absent).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 
+#include "engine/cpu/cpu_executor.h"
+#include "engine/decode_driver.h"
 #include "engine/model_registry.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -85,6 +89,46 @@ TEST_P(LlamaStyleLlamaCppTest, OtherRopePairingIsFarOutsideTheTolerances) {
               GetParam().name, a.exact_argmax, a.steps, a.violations, a.mean_abs);
   EXPECT_GT(a.violations, 0);
   EXPECT_GT(a.mean_abs, kMeanLogitTolerance);
+}
+
+// Perplexity of `ids` (tests/data/perplexity_text.txt as llama.cpp tokenized
+// it), prefilled in runtime-sized chunks (128 tokens) with logits for every
+// position: exp(mean(-log softmax(logits[i])[ids[i + 1]])).
+double Perplexity(const DecodeModel& model, const std::vector<int32_t>& ids) {
+  const DecodeDims& d = model.dims();
+  auto kv = KvCache::Create(model.backend(), d.n_layers, d.n_kv_heads, d.head_dim, static_cast<int32_t>(ids.size()));
+  EXPECT_TRUE(kv.ok());
+  if (!kv.ok()) return 0;
+  CpuExecutor ex(2);
+  double nll = 0;
+  constexpr size_t kChunk = 128;
+  for (size_t start = 0; start < ids.size(); start += kChunk) {
+    const size_t n = std::min(kChunk, ids.size() - start);
+    auto logits = forward_with_kv_context(model, **kv, absl::MakeConstSpan(ids).subspan(start, n), true, ex);
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return 0;
+    for (size_t r = 0; r < n && start + r + 1 < ids.size(); ++r) {
+      const float* row = logits->data() + r * static_cast<size_t>(d.vocab);
+      const double mx = *std::max_element(row, row + d.vocab);
+      double z = 0;
+      for (int32_t v = 0; v < d.vocab; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
+      nll += mx + std::log(z) - row[ids[start + r + 1]];
+    }
+  }
+  return std::exp(nll / static_cast<double>(ids.size() - 1));
+}
+
+TEST_P(LlamaStyleLlamaCppTest, PerplexityIsWithinTwoPercentOfLlamaCpp) {
+  const std::vector<int32_t> ids = ref_["perplexity"]["ids"].get<std::vector<int32_t>>();
+  const double theirs = ref_["perplexity"]["perplexity"].get<double>();
+  const double ours = Perplexity(*model_, ids);
+  std::printf("[ measured ] %s: perplexity %.4f (llama.cpp %.4f, %+.3f%%) over %zu tokens\n", GetParam().name, ours,
+              theirs, 100.0 * (ours / theirs - 1.0), ids.size());
+  EXPECT_LT(std::abs(ours / theirs - 1.0), 0.02);
+  const double broken = Perplexity(testing::PlanOverrideModel::OtherRopePairing(*model_), ids);
+  std::printf("[ measured ] %s, other RoPE pairing: perplexity %.4f (%+.1f%%)\n", GetParam().name, broken,
+              100.0 * (broken / theirs - 1.0));
+  EXPECT_GT(std::abs(broken / theirs - 1.0), 0.02);
 }
 
 INSTANTIATE_TEST_SUITE_P(
