@@ -74,7 +74,7 @@ class Gemma3 final : public FamilyBase {
     q = in.rope(q, d.n_heads, p + "rope_q");
     k = in.rope(k, d.n_kv_heads, p + "rope_k");
     const float scale = static_cast<float>(1.0 / std::sqrt(cfg_.query_pre_attn_scalar));
-    NodeId a = in.attention(q, k, v, scale, static_cast<float>(cfg_.attn_softcap));
+    NodeId a = in.attention(q, k, v, {.scale = scale, .softcap = static_cast<float>(cfg_.attn_softcap)});
     a = g.matmul(g.weight(*w.wo), a, p + "attn_output");
     a = g.rms_norm(a, g.weight(*w.post_attn_norm), eps, p + "post_attention_norm");
     const NodeId x = g.add(in.x, a, p + "attn_residual");

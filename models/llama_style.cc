@@ -61,7 +61,7 @@ class LlamaStyle final : public FamilyBase {
     q = in.rope(q, d.n_heads, p + "rope_q");
     k = in.rope(k, d.n_kv_heads, p + "rope_k");
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
-    NodeId a = in.attention(q, k, v, scale, /*softcap=*/0.0f);
+    NodeId a = in.attention(q, k, v, {.scale = scale});
     a = g.matmul(g.weight(*w.wo), a, p + "attn_output");
     const NodeId x = g.add(in.x, a, p + "attn_residual");
 
