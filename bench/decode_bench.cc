@@ -55,7 +55,9 @@ int Run() {
   const int n_d1 = absl::GetFlag(FLAGS_d1_tokens);
   const int capacity = n_prompt + n_decode + n_d1 + 8;
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-  for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = 1000 + (i * 7919) % 50000;
+  // Ids spread over the vocabulary (any family's: SmolLM2's has 49152 entries).
+  const int spread = std::max(1, std::min(50000, m.dims().vocab - 1000));
+  for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (1000 + (i * 7919) % spread) % m.dims().vocab;
   prompt[0] = 2;
 
   double best_prefill = 1e30, best_decode = 1e30, best_d1 = 1e30;

@@ -56,7 +56,10 @@ def llamacpp(model, threads, n_prompt, n_decode):
             raise RuntimeError("llama_decode failed")
         llama_cpp.llama_get_logits_ith(ctx, -1)  # waits for the result
 
-    prompt = [2] + [1000 + (i * 7919) % 50000 for i in range(1, n_prompt)]
+    # The same ids as bench/decode_bench.cc: spread over this model's vocabulary.
+    n_vocab = llm.n_vocab()
+    spread = max(1, min(50000, n_vocab - 1000))
+    prompt = [2] + [(1000 + (i * 7919) % spread) % n_vocab for i in range(1, n_prompt)]
     best_pp, best_tg = 1e30, 1e30
     for _ in range(3):
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)

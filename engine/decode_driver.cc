@@ -50,17 +50,17 @@ size_t SlotBytes(DataSlot slot, const DecodeModel& model) {
 NodeId DecodeLayerInputs::rope(NodeId x, int32_t n_heads, const std::string& name) const {
   const int32_t v = rope_plan_.variant_of(layer);
   if (v < 0) return x;
-  return graph.rope(x, data_.rope_cos, data_.rope_sin, v, n_heads, rope_plan_.head_dim(), name);
+  return graph.rope(x, data_.rope_cos, data_.rope_sin, v, n_heads, rope_plan_.head_dim(), rope_plan_.pairing(), name);
 }
 
-NodeId DecodeLayerInputs::attention(NodeId q, NodeId k, NodeId v, float scale, float softcap) const {
+NodeId DecodeLayerInputs::attention(NodeId q, NodeId k, NodeId v, const AttentionScoring& scoring) const {
   const std::string blk = absl::StrCat("blk.", layer, ".");
   const NodeId kw = graph.kv_write(k, layer, /*is_v=*/false, dims_.n_kv_heads, dims_.head_dim, data_.offset_path,
                                    data_.kv_offset, blk + "cache_k");
   const NodeId vw = graph.kv_write(v, layer, /*is_v=*/true, dims_.n_kv_heads, dims_.head_dim, data_.offset_path,
                                    data_.kv_offset, blk + "cache_v");
   return graph.attention(q, data_.mask, kw, vw, layer, mask_plan_.variant_of(layer), dims_.n_heads, dims_.n_kv_heads,
-                         dims_.head_dim, scale, softcap, blk + "attn");
+                         dims_.head_dim, scoring.scale, scoring.softcap, blk + "attn");
 }
 
 // ---- per-token data nodes ----

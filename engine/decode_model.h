@@ -56,10 +56,18 @@ class DecodeLayerInputs {
   // returned unchanged on a NoPE layer.
   NodeId rope(NodeId x, int32_t n_heads, const std::string& name) const;
 
+  // How a family scores q against k: `scale` multiplies q.k (usually
+  // 1 / sqrt(head_dim)); `softcap` > 0 caps the scaled scores as
+  // softcap * tanh(s / softcap) (Gemma 2/3 option), 0 leaves them.
+  struct AttentionScoring {
+    float scale = 1.0f;
+    float softcap = 0.0f;
+  };
+
   // Writes k, v ([seq, n_kv_heads * head_dim]) into this layer's cache at the
   // step's offset and attends q ([seq, n_heads * head_dim]) over the visible
-  // keys. scale multiplies q.k; softcap > 0 caps scores (cap * tanh(s / cap)).
-  NodeId attention(NodeId q, NodeId k, NodeId v, float scale, float softcap) const;
+  // keys, scored as `scoring` says.
+  NodeId attention(NodeId q, NodeId k, NodeId v, const AttentionScoring& scoring) const;
 
  private:
   const DecodeDims& dims_;

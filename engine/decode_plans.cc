@@ -27,13 +27,15 @@ absl::StatusOr<MaskPlan> MaskPlan::Create(absl::Span<const int32_t> window_per_l
   return plan;
 }
 
-absl::StatusOr<RopePlan> RopePlan::Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim) {
+absl::StatusOr<RopePlan> RopePlan::Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim,
+                                          RopePairing pairing) {
   if (per_layer.empty()) return absl::InvalidArgumentError("RopePlan: no layers");
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("RopePlan: head_dim ", head_dim, " must be positive and even"));
   }
   RopePlan plan;
   plan.head_dim_ = head_dim;
+  plan.pairing_ = pairing;
   for (size_t il = 0; il < per_layer.size(); ++il) {
     const RopeLayer& r = per_layer[il];
     if (!r.enabled) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/graph/graph.h"
 
 namespace decoded {
 
@@ -53,8 +54,10 @@ struct RopeLayer {
 class RopePlan {
  public:
   // INVALID_ARGUMENT naming the layer for a non-positive base or scale, or an
-  // odd head_dim.
-  static absl::StatusOr<RopePlan> Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim);
+  // odd head_dim. `pairing` is the family's (model-scalar): which dimensions
+  // every rotating layer rotates together.
+  static absl::StatusOr<RopePlan> Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim,
+                                         RopePairing pairing = RopePairing::kNeox);
 
   // Distinct enabled variants (0 if every layer is NoPE).
   int32_t n_variants() const { return static_cast<int32_t>(variants_.size()); }
@@ -62,11 +65,13 @@ class RopePlan {
   int32_t variant_of(int32_t layer) const { return layer_variant_[static_cast<size_t>(layer)]; }
   const RopeLayer& variant(int32_t v) const { return variants_[static_cast<size_t>(v)]; }
   int32_t head_dim() const { return head_dim_; }
+  RopePairing pairing() const { return pairing_; }
   // inv_freq[i] = 1 / base^(2i / head_dim), i < head_dim / 2, for variant v.
   const std::vector<float>& inv_freq(int32_t v) const { return inv_freq_[static_cast<size_t>(v)]; }
 
  private:
   int32_t head_dim_ = 0;
+  RopePairing pairing_ = RopePairing::kNeox;
   std::vector<RopeLayer> variants_;
   std::vector<int32_t> layer_variant_;
   std::vector<std::vector<float>> inv_freq_;

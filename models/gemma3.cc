@@ -19,14 +19,13 @@
 #include "engine/hparam_bounds.h"
 #include "engine/hparams.h"
 #include "engine/model_registry.h"
+#include "models/family_base.h"
 
 namespace decoded {
 namespace {
 
 struct Gemma3Config {
-  DecodeDims dims;
   int32_t ffn = 0;
-  int32_t context_length = 0;
   int32_t sliding_window = 0;
   int32_t sliding_window_pattern = 6;  // llama.cpp's gemma3 default (5 local : 1 global)
   double rope_base_global = 1e6;
@@ -43,33 +42,20 @@ struct LayerWeights {
   const WeightTensor *ffn_norm, *gate, *up, *down, *post_ffn_norm;
 };
 
-class Gemma3 final : public DecodeModel {
+class Gemma3 final : public FamilyBase {
  public:
   static absl::StatusOr<std::unique_ptr<DecodeModel>> Create(std::shared_ptr<const Weights> weights,
                                                              const FamilyOptions& options) {
-    auto m = std::unique_ptr<Gemma3>(new Gemma3());
-    m->weights_ = std::move(weights);
-    m->backend_ = options.backend ? options.backend : &CpuBackend();
-    m->offset_path_ = options.kv_offset_path.value_or(KvOffsetPath::kDeviceOffset);
+    auto m = std::unique_ptr<Gemma3>(new Gemma3(std::move(weights), options));
     if (auto s = m->ReadConfig(); !s.ok()) return s;
     if (auto s = m->BindWeights(); !s.ok()) return s;
     return std::unique_ptr<DecodeModel>(std::move(m));
   }
 
-  const std::string& family() const override { return family_; }
-  uint64_t structural_hash() const override { return hash_; }
-  const Weights& weights() const override { return *weights_; }
-  Backend& backend() const override { return *backend_; }
-  const DecodeDims& dims() const override { return cfg_.dims; }
-  const MaskPlan& mask_plan() const override { return mask_plan_; }
-  const RopePlan& rope_plan() const override { return rope_plan_; }
-  KvOffsetPath kv_offset_path() const override { return offset_path_; }
-  int32_t trained_context_length() const override { return cfg_.context_length; }
-
   NodeId embed(Graph& g, NodeId token_ids) const override {
     const NodeId x = g.get_rows(g.weight(*tok_embd_), token_ids, "inp_embd");
     // HF scales by sqrt(hidden) cast to the activation dtype (f32 here).
-    return g.scale(x, static_cast<float>(std::sqrt(static_cast<double>(cfg_.dims.hidden))), "inp_scaled");
+    return g.scale(x, static_cast<float>(std::sqrt(static_cast<double>(dims_.hidden))), "inp_scaled");
   }
 
   NodeId decode_apply_layer(const DecodeLayerInputs& in) const override {
@@ -77,7 +63,7 @@ class Gemma3 final : public DecodeModel {
     const LayerWeights& w = layers_[static_cast<size_t>(in.layer)];
     const std::string p = absl::StrCat("blk.", in.layer, ".");
     const float eps = static_cast<float>(cfg_.eps);
-    const DecodeDims& d = cfg_.dims;
+    const DecodeDims& d = dims_;
 
     NodeId h = g.rms_norm(in.x, g.weight(*w.attn_norm), eps, p + "attn_norm");
     NodeId q = g.matmul(g.weight(*w.wq), h, p + "attn_q");
@@ -88,7 +74,7 @@ class Gemma3 final : public DecodeModel {
     q = in.rope(q, d.n_heads, p + "rope_q");
     k = in.rope(k, d.n_kv_heads, p + "rope_k");
     const float scale = static_cast<float>(1.0 / std::sqrt(cfg_.query_pre_attn_scalar));
-    NodeId a = in.attention(q, k, v, scale, static_cast<float>(cfg_.attn_softcap));
+    NodeId a = in.attention(q, k, v, {.scale = scale, .softcap = static_cast<float>(cfg_.attn_softcap)});
     a = g.matmul(g.weight(*w.wo), a, p + "attn_output");
     a = g.rms_norm(a, g.weight(*w.post_attn_norm), eps, p + "post_attention_norm");
     const NodeId x = g.add(in.x, a, p + "attn_residual");
@@ -109,14 +95,15 @@ class Gemma3 final : public DecodeModel {
   }
 
  private:
-  Gemma3() = default;
+  Gemma3(std::shared_ptr<const Weights> weights, const FamilyOptions& options)
+      : FamilyBase("gemma3", std::move(weights), options) {}
 
   // Every number comes through HParams, which checks it (engine/hparams.h)
   // before anything below is sized by it. Defaults are llama.cpp's for gemma3.
   absl::Status ReadConfig() {
     namespace hb = hparam_bounds;
     HParams hp(*weights_, family_);
-    DecodeDims& d = cfg_.dims;
+    DecodeDims& d = dims_;
     auto assign = [](auto& dst, auto v) -> absl::Status {
       if (!v.ok()) return v.status();
       dst = *v;
@@ -151,11 +138,11 @@ class Gemma3 final : public DecodeModel {
               "model file: ", hp.key("attention.value_length"), " = ", *value_length, " differs from ",
               hp.key("attention.key_length"), " = ", d.head_dim, " (this family uses one head size)"));
         },
-        [&] { return assign(cfg_.context_length, hp.Int("context_length", {1, hb::kMaxContextLength})); },
+        [&] { return assign(context_length_, hp.Int("context_length", {1, hb::kMaxContextLength})); },
         // A window wider than the context would be a global layer in disguise.
         [&] {
           return assign(cfg_.sliding_window, hp.Int("attention.sliding_window",
-                                                    {1, cfg_.context_length, hp.key("context_length")}));
+                                                    {1, context_length_, hp.key("context_length")}));
         },
         // At least one global layer: the pattern cannot exceed the layer count.
         [&] {
@@ -218,7 +205,7 @@ class Gemma3 final : public DecodeModel {
 
   // Binds every tensor, each checked against the keys its shape derives from.
   absl::Status BindWeights() {
-    DecodeDims& d = cfg_.dims;
+    DecodeDims& d = dims_;
     HParams hp(*weights_, family_);
     auto emb = hp.Tensor("token_embd.weight", Dim{}, hp.dim("embedding_length", d.hidden));
     if (!emb.ok()) return emb.status();
@@ -290,14 +277,7 @@ class Gemma3 final : public DecodeModel {
     return absl::OkStatus();
   }
 
-  std::string family_ = "gemma3";
-  std::shared_ptr<const Weights> weights_;
-  Backend* backend_ = nullptr;
-  KvOffsetPath offset_path_ = KvOffsetPath::kDeviceOffset;
   Gemma3Config cfg_;
-  MaskPlan mask_plan_;
-  RopePlan rope_plan_;
-  uint64_t hash_ = 0;
   const WeightTensor* tok_embd_ = nullptr;
   const WeightTensor* output_ = nullptr;
   const WeightTensor* output_norm_ = nullptr;

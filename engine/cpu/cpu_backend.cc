@@ -107,20 +107,22 @@ class CpuPlan final : public CompiledPlan {
       }
       if (n.op == Op::kKvWrite || n.op == Op::kAttention) {
         if (res.kv == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.name, " needs a KV cache"));
-        if (n.i0 < 0 || n.i0 >= res.kv->n_layers()) {
-          return absl::InvalidArgumentError(absl::StrCat(n.name, ": layer ", n.i0, " outside the KV cache"));
+        const int32_t layer = n.op == Op::kKvWrite ? n.kv_write.layer : n.attention.layer;
+        if (layer < 0 || layer >= res.kv->n_layers()) {
+          return absl::InvalidArgumentError(absl::StrCat(n.name, ": layer ", layer, " outside the KV cache"));
         }
         s.capacity = res.kv->capacity();
-        const int32_t head_dim = n.op == Op::kKvWrite ? n.i3 : static_cast<int32_t>(n.cols / n.i2);
-        const int32_t kv_heads = n.op == Op::kKvWrite ? n.i2 : n.i3;
+        const int32_t head_dim =
+            n.op == Op::kKvWrite ? n.kv_write.head_dim : static_cast<int32_t>(n.cols / n.attention.n_heads);
+        const int32_t kv_heads = n.op == Op::kKvWrite ? n.kv_write.n_kv_heads : n.attention.n_kv_heads;
         if (head_dim != res.kv->head_dim() || kv_heads != res.kv->n_kv_heads()) {
           return absl::InvalidArgumentError(absl::StrCat(n.name, ": KV geometry mismatch"));
         }
         if (n.op == Op::kKvWrite) {
-          s.cache = n.i1 ? res.kv->v(n.i0) : res.kv->k(n.i0);
+          s.cache = n.kv_write.is_v ? res.kv->v(layer) : res.kv->k(layer);
         } else {
-          s.kcache = res.kv->k(n.i0);
-          s.vcache = res.kv->v(n.i0);
+          s.kcache = res.kv->k(layer);
+          s.vcache = res.kv->v(layer);
         }
       }
       steps_.push_back(s);
@@ -178,7 +180,7 @@ class CpuPlan final : public CompiledPlan {
       }
       case Op::kRmsNorm:
         cpu::RmsNormRows(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows,
-                         n.cols, graph_.node(n.src[1]).cols, n.f0, ith, nth);
+                         n.cols, graph_.node(n.src[1]).cols, n.scalar, ith, nth);
         break;
       case Op::kQuantize: {
         const size_t rb = quant::ActivationRowBytes(n.act_for, n.cols);
@@ -203,13 +205,20 @@ class CpuPlan final : public CompiledPlan {
         cpu::Add(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
         break;
       case Op::kScale:
-        cpu::Scale(static_cast<const float*>(s.src[0]), n.f0, s.out, count, ith, nth);
+        cpu::Scale(static_cast<const float*>(s.src[0]), n.scalar, s.out, count, ith, nth);
         break;
       case Op::kGeluMul:
         cpu::GeluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
         break;
+      case Op::kSwiGlu:
+        cpu::SiluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
+        break;
+      case Op::kAddRow:
+        cpu::AddRow(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows, n.cols,
+                    ith, nth);
+        break;
       case Op::kSoftcap:
-        cpu::Softcap(static_cast<const float*>(s.src[0]), n.f0, s.out, count, ith, nth);
+        cpu::Softcap(static_cast<const float*>(s.src[0]), n.scalar, s.out, count, ith, nth);
         break;
       case Op::kTakeLastRow:
         if (ith == 0) {
@@ -217,15 +226,22 @@ class CpuPlan final : public CompiledPlan {
         }
         break;
       case Op::kRope: {
-        const int64_t half = n.i1 / 2;
-        const int64_t row0 = static_cast<int64_t>(n.i2) * n.rows;
-        cpu::RopeNeox(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]) + row0 * half,
-                      static_cast<const float*>(s.src[2]) + row0 * half, s.out, n.rows, n.i0, n.i1, ith, nth);
+        const RopeAttrs& a = n.rope;
+        const int64_t half = a.head_dim / 2;
+        const int64_t row0 = static_cast<int64_t>(a.variant) * n.rows;
+        const auto* x = static_cast<const float*>(s.src[0]);
+        const float* cos = static_cast<const float*>(s.src[1]) + row0 * half;
+        const float* sin = static_cast<const float*>(s.src[2]) + row0 * half;
+        if (a.pairing == RopePairing::kAdjacent) {
+          cpu::RopeAdjacent(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, ith, nth);
+        } else {
+          cpu::RopeNeox(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, ith, nth);
+        }
         break;
       }
       case Op::kKvWrite: {
         if (ith != 0) break;
-        const int32_t off = n.offset_path == KvOffsetPath::kDeviceOffset
+        const int32_t off = n.kv_write.offset_path == KvOffsetPath::kDeviceOffset
                                 ? *static_cast<const int32_t*>(s.src[1])
                                 : env_->kv_pos;
         if (off < 0 || static_cast<int64_t>(off) + s.rows > s.capacity) {
@@ -233,7 +249,7 @@ class CpuPlan final : public CompiledPlan {
           break;
         }
         const auto* x = static_cast<const float*>(s.src[0]);
-        const int32_t heads = n.i2, hd = n.i3;
+        const int32_t heads = n.kv_write.n_kv_heads, hd = n.kv_write.head_dim;
         for (int64_t t = 0; t < s.rows; ++t) {
           for (int32_t h = 0; h < heads; ++h) {
             std::memcpy(s.cache + (static_cast<int64_t>(h) * s.capacity + off + t) * hd,
@@ -243,10 +259,11 @@ class CpuPlan final : public CompiledPlan {
         break;
       }
       case Op::kAttention: {
-        const auto* bounds = static_cast<const int32_t*>(s.src[1]) + static_cast<int64_t>(n.i1) * n.rows * 2;
-        const int32_t head_dim = static_cast<int32_t>(n.cols / n.i2);
-        cpu::Attention(static_cast<const float*>(s.src[0]), bounds, s.kcache, s.vcache, s.out, n.rows, n.i2, n.i3,
-                       head_dim, s.capacity, n.f0, n.f1, ith, nth);
+        const AttentionAttrs& a = n.attention;
+        const auto* bounds = static_cast<const int32_t*>(s.src[1]) + static_cast<int64_t>(a.variant) * n.rows * 2;
+        const int32_t head_dim = static_cast<int32_t>(n.cols / a.n_heads);
+        cpu::Attention(static_cast<const float*>(s.src[0]), bounds, s.kcache, s.vcache, s.out, n.rows, a.n_heads,
+                       a.n_kv_heads, head_dim, s.capacity, a.scale, a.softcap, ith, nth);
         break;
       }
       case Op::kWeight:

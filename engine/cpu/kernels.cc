@@ -67,6 +67,21 @@ void GeluMul(const float* a, const float* b, float* out, int64_t n, int ith, int
   }
 }
 
+void SiluMul(const float* a, const float* b, float* out, int64_t n, int ith, int nth) {
+  int64_t s, e;
+  ElementShare(n, ith, nth, &s, &e);
+  for (int64_t i = s; i < e; ++i) {
+    const float x = a[i];
+    out[i] = x / (1.0f + std::exp(-x)) * b[i];
+  }
+}
+
+void AddRow(const float* x, const float* bias, float* out, int64_t rows, int64_t cols, int ith, int nth) {
+  int64_t s, e;
+  ElementShare(rows * cols, ith, nth, &s, &e);
+  for (int64_t i = s; i < e; ++i) out[i] = x[i] + bias[i % cols];
+}
+
 void Add(const float* a, const float* b, float* out, int64_t n, int ith, int nth) {
   int64_t s, e;
   ElementShare(n, ith, nth, &s, &e);
@@ -108,6 +123,32 @@ void RopeNeox(const float* x, const float* cos, const float* sin, float* out, in
       const float x1 = xs[d + half];
       o[d] = x0 * c[d] - x1 * s[d];
       o[d + half] = x0 * s[d] + x1 * c[d];
+    }
+  }
+}
+
+void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out, int64_t seq, int32_t n_heads,
+                  int32_t head_dim, int ith, int nth) {
+  const int64_t items = seq * n_heads;
+  int64_t b, e;
+  if (items * head_dim < kMinSplit) {
+    b = 0;
+    e = ith == 0 ? items : 0;
+  } else {
+    Share(items, ith, nth, &b, &e);
+  }
+  const int32_t half = head_dim / 2;
+  for (int64_t it = b; it < e; ++it) {
+    const int64_t t = it / n_heads;
+    const float* xs = x + it * head_dim;
+    float* o = out + it * head_dim;
+    const float* c = cos + t * half;
+    const float* s = sin + t * half;
+    for (int32_t i = 0; i < half; ++i) {
+      const float x0 = xs[2 * i];
+      const float x1 = xs[2 * i + 1];
+      o[2 * i] = x0 * c[i] - x1 * s[i];
+      o[2 * i + 1] = x0 * s[i] + x1 * c[i];
     }
   }
 }

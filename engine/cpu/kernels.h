@@ -27,6 +27,13 @@ void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64
 // as HF's "gelu_pytorch_tanh".
 void GeluMul(const float* a, const float* b, float* out, int64_t n, int ith, int nth);
 
+// silu(a) * b with silu(x) = x * sigmoid(x): the SwiGLU FFN (Shazeer 2020),
+// as HF's LlamaMLP act_fn "silu".
+void SiluMul(const float* a, const float* b, float* out, int64_t n, int ith, int nth);
+
+// out[r] = x[r] + bias for each of `rows` rows of `cols` elements.
+void AddRow(const float* x, const float* bias, float* out, int64_t rows, int64_t cols, int ith, int nth);
+
 void Add(const float* a, const float* b, float* out, int64_t n, int ith, int nth);
 void Scale(const float* x, float s, float* out, int64_t n, int ith, int nth);
 void Softcap(const float* x, float cap, float* out, int64_t n, int ith, int nth);
@@ -36,6 +43,10 @@ void Softcap(const float* x, float cap, float* out, int64_t n, int ith, int nth)
 // cos, sin [seq, head_dim / 2] (already offset to the variant's rows).
 void RopeNeox(const float* x, const float* cos, const float* sin, float* out, int64_t seq,
               int32_t n_heads, int32_t head_dim, int ith, int nth);
+// The same rotation with RoFormer's adjacent pairing: element 2i pairs with
+// 2i + 1 and uses frequency i (llama.cpp's LLAMA_ROPE_TYPE_NORM).
+void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out, int64_t seq,
+                  int32_t n_heads, int32_t head_dim, int ith, int nth);
 
 // Scaled dot-product attention (Vaswani et al. 2017) for query rows [seq]
 // against cache rows [lo_i, hi_i) given by `bounds` ([seq, 2] i32), one-pass

@@ -16,6 +16,8 @@ const char* OpName(Op op) {
     case Op::kAdd: return "add";
     case Op::kScale: return "scale";
     case Op::kGeluMul: return "gelu_mul";
+    case Op::kSwiGlu: return "swiglu";
+    case Op::kAddRow: return "add_row";
     case Op::kSoftcap: return "softcap";
     case Op::kTakeLastRow: return "take_last_row";
     case Op::kRope: return "rope";
@@ -89,7 +91,7 @@ NodeId Graph::get_rows(NodeId table, NodeId ids, std::string name) {
 
 NodeId Graph::rms_norm(NodeId x, NodeId w, float eps, std::string name) {
   Node n = F32Node(Op::kRmsNorm, node(x).rows, node(x).cols, {x, w}, std::move(name));
-  n.f0 = eps;
+  n.scalar = eps;
   return push(std::move(n));
 }
 
@@ -106,7 +108,7 @@ NodeId Graph::add(NodeId a, NodeId b, std::string name) {
 
 NodeId Graph::scale(NodeId x, float s, std::string name) {
   Node n = F32Node(Op::kScale, node(x).rows, node(x).cols, {x}, std::move(name));
-  n.f0 = s;
+  n.scalar = s;
   return push(std::move(n));
 }
 
@@ -114,9 +116,17 @@ NodeId Graph::gelu_mul(NodeId gate, NodeId up, std::string name) {
   return push(F32Node(Op::kGeluMul, node(gate).rows, node(gate).cols, {gate, up}, std::move(name)));
 }
 
+NodeId Graph::swiglu(NodeId gate, NodeId up, std::string name) {
+  return push(F32Node(Op::kSwiGlu, node(gate).rows, node(gate).cols, {gate, up}, std::move(name)));
+}
+
+NodeId Graph::add_row(NodeId x, NodeId bias, std::string name) {
+  return push(F32Node(Op::kAddRow, node(x).rows, node(x).cols, {x, bias}, std::move(name)));
+}
+
 NodeId Graph::softcap(NodeId x, float cap, std::string name) {
   Node n = F32Node(Op::kSoftcap, node(x).rows, node(x).cols, {x}, std::move(name));
-  n.f0 = cap;
+  n.scalar = cap;
   return push(std::move(n));
 }
 
@@ -125,11 +135,9 @@ NodeId Graph::take_last_row(NodeId x, std::string name) {
 }
 
 NodeId Graph::rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
-                   int32_t head_dim, std::string name) {
+                   int32_t head_dim, RopePairing pairing, std::string name) {
   Node n = F32Node(Op::kRope, node(x).rows, node(x).cols, {x, cos, sin}, std::move(name));
-  n.i0 = n_heads;
-  n.i1 = head_dim;
-  n.i2 = variant;
+  n.rope = {n_heads, head_dim, variant, pairing};
   return push(std::move(n));
 }
 
@@ -138,11 +146,7 @@ NodeId Graph::kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, i
   std::vector<NodeId> src = {x};
   if (path == KvOffsetPath::kDeviceOffset) src.push_back(offset);
   Node n = F32Node(Op::kKvWrite, 0, 0, std::move(src), std::move(name));
-  n.i0 = layer;
-  n.i1 = is_v ? 1 : 0;
-  n.i2 = n_kv_heads;
-  n.i3 = head_dim;
-  n.offset_path = path;
+  n.kv_write = {layer, is_v, n_kv_heads, head_dim, path};
   return push(std::move(n));
 }
 
@@ -151,12 +155,7 @@ NodeId Graph::attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int
                         float scale, float softcap, std::string name) {
   Node n = F32Node(Op::kAttention, node(q).rows, static_cast<int64_t>(n_heads) * head_dim,
                    {q, mask, kwrite, vwrite}, std::move(name));
-  n.f0 = scale;
-  n.f1 = softcap;
-  n.i0 = layer;
-  n.i1 = variant;
-  n.i2 = n_heads;
-  n.i3 = n_kv_heads;
+  n.attention = {layer, variant, n_heads, n_kv_heads, scale, softcap};
   return push(std::move(n));
 }
 

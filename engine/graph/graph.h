@@ -53,19 +53,53 @@ enum class Op : uint8_t {
   kAdd,          // out = a + b                           src: a, b (same shape)
   kScale,        // out = x * f0                          src: x
   kGeluMul,      // out = gelu_tanh(a) * b                src: a, b
+  kSwiGlu,       // out = silu(a) * b                     src: a, b
+  kAddRow,       // out[r] = x[r] + b[0]                  src: x, b (f32 weight [1, x.cols])
   kSoftcap,      // out = f0 * tanh(x / f0)               src: x
   kTakeLastRow,  // out[0] = x[rows - 1]                  src: x
-  kRope,         // rotary embedding, NeoX (rotate-half) pairing; src: x, cos, sin
+  kRope,         // rotary embedding, pairing per Node::rope.pairing; src: x, cos, sin
   kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
   kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite, vwrite
 };
 
 const char* OpName(Op op);
 
+// Which dimensions of a head RoPE rotates together (pair i uses frequency i).
+// llama.cpp's GGUF for arch "llama" stores Q/K rows permuted so that its
+// LLAMA_ROPE_TYPE_NORM pairing reproduces HF's rotate-half on the original rows.
+enum class RopePairing : uint8_t {
+  kNeox,      // d pairs with d + head_dim/2 (HF rotate_half; llama.cpp NEOX)
+  kAdjacent,  // 2i pairs with 2i + 1 (RoFormer's layout; llama.cpp NORM)
+};
+
 // Where a KV write takes its row offset from (seed: the two KV-write offset paths).
 enum class KvOffsetPath : uint8_t {
   kDeviceOffset,  // an i32 [1,1] data node read by the kernel at launch (capture-safe)
   kSymbol,        // the host symbol SymEnv::kv_pos, bound per step
+};
+
+struct RopeAttrs {
+  int32_t n_heads = 0;
+  int32_t head_dim = 0;
+  int32_t variant = 0;  // rows [variant * seq, (variant + 1) * seq) of the cos/sin tables
+  RopePairing pairing = RopePairing::kNeox;
+};
+
+struct KvWriteAttrs {
+  int32_t layer = 0;
+  bool is_v = false;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  KvOffsetPath offset_path = KvOffsetPath::kDeviceOffset;
+};
+
+struct AttentionAttrs {
+  int32_t layer = 0;
+  int32_t variant = 0;  // rows [variant * seq, (variant + 1) * seq) of the mask
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;  // GQA: head h reads kv head h / (n_heads / n_kv_heads)
+  float scale = 0.0f;      // multiplies q.k
+  float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap)
 };
 
 struct Node {
@@ -76,15 +110,12 @@ struct Node {
   std::vector<NodeId> src;
   std::string name;
 
-  // Op attributes (meaning per op, documented at the builder method).
-  float f0 = 0.0f;
-  float f1 = 0.0f;
-  int32_t i0 = 0;
-  int32_t i1 = 0;
-  int32_t i2 = 0;
-  int32_t i3 = 0;
-  DType act_for = DType::kF32;        // kQuantize: weight type whose activation type to produce
-  KvOffsetPath offset_path = KvOffsetPath::kDeviceOffset;  // kKvWrite
+  // Op attributes, one typed group per op that has any (the others ignore them).
+  float scalar = 0.0f;          // kRmsNorm: eps; kScale: factor; kSoftcap: cap
+  DType act_for = DType::kF32;  // kQuantize: weight type whose activation type to produce
+  RopeAttrs rope;               // kRope
+  KvWriteAttrs kv_write;        // kKvWrite
+  AttentionAttrs attention;     // kAttention
 
   const WeightTensor* weight = nullptr;  // kWeight
   int32_t input_slot = -1;               // kInput: index into the session's bindings
@@ -130,22 +161,25 @@ class Graph {
   NodeId add(NodeId a, NodeId b, std::string name);
   NodeId scale(NodeId x, float s, std::string name);
   NodeId gelu_mul(NodeId gate, NodeId up, std::string name);
+  // silu(gate) * up, silu(x) = x / (1 + e^-x): the SwiGLU FFN (Shazeer 2020).
+  NodeId swiglu(NodeId gate, NodeId up, std::string name);
+  // x [r, c] plus the f32 weight row `bias` [1, c] added to every row.
+  NodeId add_row(NodeId x, NodeId bias, std::string name);
   NodeId softcap(NodeId x, float cap, std::string name);
   NodeId take_last_row(NodeId x, std::string name);
   // x [seq, n_heads * head_dim]; cos/sin [n_variants * seq, head_dim / 2];
-  // uses rows [variant * seq, (variant + 1) * seq). i0 = n_heads, i1 = head_dim, i2 = variant.
+  // uses rows [variant * seq, (variant + 1) * seq). Attributes: Node::rope.
   NodeId rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
-              int32_t head_dim, std::string name);
+              int32_t head_dim, RopePairing pairing, std::string name);
   // Writes x [seq, n_kv_heads * head_dim] into layer `layer`'s K (is_v = false)
   // or V cache rows [offset, offset + seq). `offset` is the i32 data node for
   // the device-offset path, kNoNode for the symbol path.
-  // i0 = layer, i1 = is_v, i2 = n_kv_heads, i3 = head_dim. Output: [0, 0] (an effect).
+  // Attributes: Node::kv_write. Output: [0, 0] (an effect).
   NodeId kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
                   KvOffsetPath path, NodeId offset, std::string name);
   // q [seq, n_heads * head_dim] against layer `layer`'s cache rows named by
   // mask rows [variant * seq, (variant + 1) * seq). Reads after kwrite/vwrite.
-  // f0 = scale, f1 = softcap (0 = none), i0 = layer, i1 = variant,
-  // i2 = n_heads, i3 = n_kv_heads (GQA: head h reads kv head h / (n_heads / n_kv_heads)).
+  // Attributes: Node::attention (softcap 0 = none).
   NodeId attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer,
                    int32_t variant, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
                    float scale, float softcap, std::string name);

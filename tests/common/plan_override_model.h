@@ -25,7 +25,20 @@ class PlanOverrideModel final : public DecodeModel {
     const RopePlan& rp = base.rope_plan();
     std::vector<RopeLayer> layers;
     for (int32_t il = 0; il < base.dims().n_layers; ++il) layers.push_back(rp.variant(1 - rp.variant_of(il)));
-    return PlanOverrideModel(base, std::nullopt, *RopePlan::Create(layers, rp.head_dim()));
+    return PlanOverrideModel(base, std::nullopt, *RopePlan::Create(layers, rp.head_dim(), rp.pairing()));
+  }
+
+  // The base model with the other RoPE pairing (NeoX <-> adjacent).
+  static PlanOverrideModel OtherRopePairing(const DecodeModel& base) {
+    const RopePlan& rp = base.rope_plan();
+    std::vector<RopeLayer> layers;
+    for (int32_t il = 0; il < base.dims().n_layers; ++il) {
+      const int32_t v = rp.variant_of(il);
+      layers.push_back(v < 0 ? RopeLayer{false, 0, 0} : rp.variant(v));
+    }
+    const RopePairing other =
+        rp.pairing() == RopePairing::kNeox ? RopePairing::kAdjacent : RopePairing::kNeox;
+    return PlanOverrideModel(base, std::nullopt, *RopePlan::Create(layers, rp.head_dim(), other));
   }
 
   const std::string& family() const override { return base_.family(); }

@@ -44,6 +44,12 @@ TEST(RopePlanTest, DistinctBasesAreDistinctVariantsAndNoPeLayersHaveNone) {
   EXPECT_NEAR(plan->inv_freq(1)[3], 1.0 / std::pow(1e6, 6.0 / 8.0), 1e-9);
 }
 
+TEST(RopePlanTest, CarriesTheFamilysPairing) {
+  std::vector<RopeLayer> layers = {{true, 1e4, 1.0}};
+  EXPECT_EQ(RopePlan::Create(layers, 8)->pairing(), RopePairing::kNeox);
+  EXPECT_EQ(RopePlan::Create(layers, 8, RopePairing::kAdjacent)->pairing(), RopePairing::kAdjacent);
+}
+
 TEST(RopePlanTest, RejectsBadBaseNamingTheLayer) {
   std::vector<RopeLayer> layers = {{true, 1e4, 1.0}, {true, -3, 1.0}};
   auto plan = RopePlan::Create(layers, 8);

@@ -1,12 +1,14 @@
 // The model-level API: loading, per-session KV accounting, and its errors.
 #include "engine/runtime.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/common/model_path.h"
 
 namespace decoded {
@@ -76,6 +78,60 @@ TEST(RealModelRuntimeTest, KvBytesFollowTheGeometryAndAreReleased) {
   EXPECT_EQ(after.bound_nodes, before.bound_nodes);
   EXPECT_EQ(after.live_contexts, before.live_contexts);
 }
+
+// The real instruct models of the llama-style families through the runtime
+// (GGUF -> family + byte-level BPE tokenizer): the prompt tokenizes as
+// llama.cpp tokenized it (tests/data/<name>_llamacpp.json) and greedy decode
+// completes it as llama.cpp did.
+struct RealLlamaStyle {
+  const char* name;
+  const char* env_var;
+  const char* file_name;
+  const char* family;
+};
+
+class RealLlamaStyleRuntimeTest : public ::testing::TestWithParam<RealLlamaStyle> {};
+
+TEST_P(RealLlamaStyleRuntimeTest, CompletesTheCapitalOfFranceWithParis) {
+  const RealLlamaStyle& rm = GetParam();
+  const testing::NamedModel path = testing::NamedModelPath(rm.env_var, rm.file_name);
+  if (!std::ifstream(path.path).good()) {
+    if (path.required) FAIL() << rm.env_var << " = " << path.path << " does not exist";
+    GTEST_SKIP() << path.path << " absent (scripts/fetch_model.sh fetches it)";
+  }
+  auto model = Model::Load(path.path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->info().family, rm.family);
+  EXPECT_EQ((*model)->info().sliding_window, 0);
+  std::ifstream in(testing::TestDataPath(std::string(rm.name) + "_llamacpp.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json ref = nlohmann::json::parse(in)["cases"][0];
+  ASSERT_EQ(ref["name"], "plain_capital");
+  const std::vector<int32_t> prompt =
+      (*model)->tokenizer().Encode(ref["prompt"].get<std::string>(), /*add_bos=*/true, /*parse_special=*/true);
+  EXPECT_EQ(prompt, ref["prompt_ids"].get<std::vector<int32_t>>());
+  auto ctx = (*model)->NewContext(64);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto ex = CreateCpuExecutor(2);
+  auto logits = (*ctx)->Prefill(prompt, false, *ex);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  std::vector<int32_t> out;
+  for (int i = 0; i < 3; ++i) {
+    out.push_back(static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin()));
+    logits = (*ctx)->Decode(out.back(), *ex);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+  }
+  auto text = (*model)->tokenizer().Detokenize(out, false);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->rfind(" Paris", 0), 0u) << *text;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RealModels, RealLlamaStyleRuntimeTest,
+    ::testing::Values(RealLlamaStyle{"smollm2", "DECODED_SMOLLM2_PATH", "smollm2-135m-instruct-q4_1.gguf", "llama"},
+                      RealLlamaStyle{"qwen2", "DECODED_QWEN2_PATH", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                                     "qwen2"}),
+    [](const ::testing::TestParamInfo<RealLlamaStyle>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace decoded

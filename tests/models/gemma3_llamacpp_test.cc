@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/model_path.h"
+#include "tests/common/llamacpp_agreement.h"
 #include "tests/common/plan_override_model.h"
 
 namespace decoded {
@@ -42,75 +43,8 @@ constexpr double kNoise = 0.5;
 constexpr double kMeanLogitTolerance = 0.45;
 constexpr double kMaxLogitTolerance = 2.5;
 
-struct Agreement {
-  int steps = 0;
-  int exact_argmax = 0;
-  int violations = 0;  // steps failing the noise-aware rules
-  double mean_abs = 0;
-  double max_abs = 0;
-  std::vector<std::string> notes;
-};
-
-class Comparator {
- public:
-  Comparator(const DecodeModel& model, const nlohmann::json& ref) : model_(model), ref_(ref) {}
-
-  Agreement Run() {
-    CpuExecutor ex(2);
-    Agreement a;
-    double sum_abs = 0;
-    int n_abs = 0;
-    for (const auto& c : ref_["cases"]) {
-      const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-      const auto want = c["generated_ids"].get<std::vector<int32_t>>();
-      const auto gaps = c["top1_top2_gap"].get<std::vector<double>>();
-      const DecodeDims& d = model_.dims();
-      auto kv = KvCache::Create(model_.backend(), d.n_layers, d.n_kv_heads, d.head_dim, 128);
-      EXPECT_TRUE(kv.ok());
-      auto first = forward_with_kv_context(model_, **kv, prompt, false, ex);
-      EXPECT_TRUE(first.ok()) << first.status();
-      if (!first.ok()) return a;
-      std::vector<float> logits = *first;
-      DecodeSession session;
-      for (size_t step = 0; step < want.size(); ++step) {
-        if (step < c["top_logits"].size()) {
-          for (const auto& pair : c["top_logits"][step]["top"]) {
-            const double diff = std::abs(logits[pair[0].get<size_t>()] - pair[1].get<double>());
-            sum_abs += diff;
-            ++n_abs;
-            a.max_abs = std::max(a.max_abs, diff);
-          }
-        }
-        const int32_t ours = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        const int32_t theirs = want[step];
-        const double margin = logits[static_cast<size_t>(ours)] - logits[static_cast<size_t>(theirs)];
-        ++a.steps;
-        if (ours == theirs) {
-          ++a.exact_argmax;
-        } else {
-          const bool ok = gaps[step] <= kNoise && margin <= kNoise;
-          if (!ok) ++a.violations;
-          a.notes.push_back(c["name"].get<std::string>() + " step " + std::to_string(step) + ": ours " +
-                            std::to_string(ours) + " llama.cpp " + std::to_string(theirs) + " (llama.cpp gap " +
-                            std::to_string(gaps[step]) + ", our margin " + std::to_string(margin) + ")" +
-                            (ok ? "" : "  <-- beyond the noise floor"));
-        }
-        if (step + 1 == want.size()) break;
-        // Teacher-forced: continue with llama.cpp's token.
-        auto next = forward_with_kv_context_persistent(model_, **kv, session, theirs, ex);
-        EXPECT_TRUE(next.ok()) << next.status();
-        if (!next.ok()) return a;
-        logits.assign(next->begin(), next->end());
-      }
-    }
-    a.mean_abs = n_abs ? sum_abs / n_abs : 0;
-    return a;
-  }
-
- private:
-  const DecodeModel& model_;
-  const nlohmann::json& ref_;
-};
+using testing::Agreement;
+using testing::LlamaCppComparator;
 
 class LlamaCppReferenceTest : public ::testing::Test {
  protected:
@@ -136,7 +70,7 @@ class LlamaCppReferenceTest : public ::testing::Test {
 
 TEST_F(LlamaCppReferenceTest, GreedyTokensAndLogitsAgreeWithinTheQuantizationNoise) {
   ASSERT_GE(ref_["cases"].size(), 5u);
-  const Agreement a = Comparator(*model_, ref_).Run();
+  const Agreement a = LlamaCppComparator(*model_, ref_, kNoise).Run();
   std::printf("[ measured ] %d teacher-forced steps over %zu prompts: argmax equal at %d; top-40 logits of steps 0-3: "
               "mean |d| %.3f, max |d| %.3f\n",
               a.steps, ref_["cases"].size(), a.exact_argmax, a.mean_abs, a.max_abs);
@@ -149,7 +83,7 @@ TEST_F(LlamaCppReferenceTest, GreedyTokensAndLogitsAgreeWithinTheQuantizationNoi
 
 TEST_F(LlamaCppReferenceTest, BrokenRopeIsFarOutsideTheTolerances) {
   testing::PlanOverrideModel broken = testing::PlanOverrideModel::SwappedRopeBases(*model_);
-  const Agreement a = Comparator(broken, ref_).Run();
+  const Agreement a = LlamaCppComparator(broken, ref_, kNoise).Run();
   std::printf("[ measured ] swapped RoPE bases: argmax equal at %d of %d, violations %d, mean |d| %.3f\n",
               a.exact_argmax, a.steps, a.violations, a.mean_abs);
   EXPECT_GT(a.violations, 0);

@@ -1,0 +1,294 @@
+#include "models/llama_style.h"
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "engine/hparam_bounds.h"
+#include "engine/hparams.h"
+#include "models/family_base.h"
+
+namespace decoded {
+namespace {
+
+struct LlamaStyleConfig {
+  int32_t ffn = 0;
+  double rope_base = 10000.0;  // llama.cpp's default
+  double rope_freq_scale = 1.0;
+  double eps = 1e-5;
+};
+
+struct LayerWeights {
+  const WeightTensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
+  const WeightTensor *bq = nullptr, *bk = nullptr, *bv = nullptr;  // all or none
+};
+
+class LlamaStyle final : public FamilyBase {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeModel>> Create(const LlamaStyleSpec& spec,
+                                                             std::shared_ptr<const Weights> weights,
+                                                             const FamilyOptions& options) {
+    auto m = std::unique_ptr<LlamaStyle>(new LlamaStyle(spec, std::move(weights), options));
+    if (auto s = m->ReadConfig(); !s.ok()) return s;
+    if (auto s = m->BindWeights(); !s.ok()) return s;
+    return std::unique_ptr<DecodeModel>(std::move(m));
+  }
+
+  NodeId embed(Graph& g, NodeId token_ids) const override {
+    return g.get_rows(g.weight(*tok_embd_), token_ids, "inp_embd");
+  }
+
+  NodeId decode_apply_layer(const DecodeLayerInputs& in) const override {
+    Graph& g = in.graph;
+    const LayerWeights& w = layers_[static_cast<size_t>(in.layer)];
+    const std::string p = absl::StrCat("blk.", in.layer, ".");
+    const float eps = static_cast<float>(cfg_.eps);
+    const DecodeDims& d = dims_;
+
+    NodeId h = g.rms_norm(in.x, g.weight(*w.attn_norm), eps, p + "attn_norm");
+    NodeId q = g.matmul(g.weight(*w.wq), h, p + "attn_q");
+    NodeId k = g.matmul(g.weight(*w.wk), h, p + "attn_k");
+    NodeId v = g.matmul(g.weight(*w.wv), h, p + "attn_v");
+    if (w.bq != nullptr) {
+      q = g.add_row(q, g.weight(*w.bq), p + "attn_q_bias");
+      k = g.add_row(k, g.weight(*w.bk), p + "attn_k_bias");
+      v = g.add_row(v, g.weight(*w.bv), p + "attn_v_bias");
+    }
+    q = in.rope(q, d.n_heads, p + "rope_q");
+    k = in.rope(k, d.n_kv_heads, p + "rope_k");
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
+    NodeId a = in.attention(q, k, v, {.scale = scale});
+    a = g.matmul(g.weight(*w.wo), a, p + "attn_output");
+    const NodeId x = g.add(in.x, a, p + "attn_residual");
+
+    h = g.rms_norm(x, g.weight(*w.ffn_norm), eps, p + "ffn_norm");
+    const NodeId gate = g.matmul(g.weight(*w.gate), h, p + "ffn_gate");
+    const NodeId up = g.matmul(g.weight(*w.up), h, p + "ffn_up");
+    const NodeId f = g.matmul(g.weight(*w.down), g.swiglu(gate, up, p + "ffn_swiglu"), p + "ffn_down");
+    return g.add(x, f, p + "ffn_residual");
+  }
+
+  NodeId output_logits(Graph& g, NodeId hidden) const override {
+    const NodeId h = g.rms_norm(hidden, g.weight(*output_norm_), static_cast<float>(cfg_.eps), "output_norm");
+    return g.matmul(g.weight(*output_), h, "output");
+  }
+
+ private:
+  LlamaStyle(LlamaStyleSpec spec, std::shared_ptr<const Weights> weights, const FamilyOptions& options)
+      : FamilyBase(spec.arch, std::move(weights), options), spec_(std::move(spec)) {}
+
+  // Every number comes through HParams (engine/hparams.h), checked before
+  // anything is sized by it. Defaults are llama.cpp's.
+  absl::Status ReadConfig() {
+    namespace hb = hparam_bounds;
+    HParams hp(*weights_, spec_.arch);
+    DecodeDims& d = dims_;
+    auto assign = [](auto& dst, auto v) -> absl::Status {
+      if (!v.ok()) return v.status();
+      dst = *v;
+      return absl::OkStatus();
+    };
+    const std::function<absl::Status()> reads[] = {
+        [&] { return assign(d.n_layers, hp.LayerCount("block_count")); },
+        [&] { return assign(d.hidden, hp.Int("embedding_length", {1, hb::kMaxWidth})); },
+        [&] { return assign(cfg_.ffn, hp.Int("feed_forward_length", {1, hb::kMaxWidth})); },
+        [&] { return assign(d.n_heads, hp.Int("attention.head_count", {1, hb::kMaxHeads})); },
+        [&] {
+          return assign(d.n_kv_heads, hp.IntOr("attention.head_count_kv", d.n_heads,
+                                               {1, d.n_heads, hp.key("attention.head_count")}));
+        },
+        [&]() -> absl::Status {
+          if (d.n_heads % d.n_kv_heads == 0) return absl::OkStatus();
+          return absl::InvalidArgumentError(absl::StrCat(
+              "model file: ", hp.key("attention.head_count"), " = ", d.n_heads, " is not a multiple of ",
+              hp.key("attention.head_count_kv"), " = ", d.n_kv_heads, " (each KV head serves a whole group)"));
+        },
+        [&] {
+          return assign(d.head_dim, hp.IntOr("attention.key_length", d.hidden / d.n_heads,
+                                             {2, hb::kMaxHeadDim, "", 2}));
+        },
+        [&]() -> absl::Status {
+          auto value_length = hp.IntOr("attention.value_length", d.head_dim, {1, hb::kMaxHeadDim});
+          if (!value_length.ok()) return value_length.status();
+          if (*value_length == d.head_dim) return absl::OkStatus();
+          return absl::InvalidArgumentError(absl::StrCat(
+              "model file: ", hp.key("attention.value_length"), " = ", *value_length, " differs from ",
+              hp.key("attention.key_length"), " = ", d.head_dim, " (this family uses one head size)"));
+        },
+        // More rotated dimensions than the head holds is a malformed file;
+        // fewer (partial rotary) is another family's feature.
+        [&]() -> absl::Status {
+          auto rot = hp.IntOr("rope.dimension_count", d.head_dim, {2, d.head_dim, hp.key("attention.key_length"), 2});
+          if (!rot.ok()) return rot.status();
+          if (*rot == d.head_dim) return absl::OkStatus();
+          return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.dimension_count"), " = ", *rot,
+                                                       " rotates part of a head of ", d.head_dim,
+                                                       "; partial rotary is not supported for ", spec_.arch));
+        },
+        [&] { return assign(context_length_, hp.Int("context_length", {1, hb::kMaxContextLength})); },
+        [&] {
+          return assign(cfg_.eps, hp.Float("attention.layer_norm_rms_epsilon", {hb::kMinNormalFloat32, 1.0}));
+        },
+        [&] { return assign(cfg_.rope_base, hp.FloatOr("rope.freq_base", 10000.0, {1.0, hb::kMaxFloat32})); },
+        [&]() -> absl::Status { return ReadRopeScaling(hp); },
+    };
+    for (const auto& read : reads) {
+      if (absl::Status s = read(); !s.ok()) return s;
+    }
+    auto mp = MaskPlan::Create(std::vector<int32_t>(static_cast<size_t>(d.n_layers), 0));
+    if (!mp.ok()) return mp.status();
+    mask_plan_ = *std::move(mp);
+    auto rp = RopePlan::Create(std::vector<RopeLayer>(static_cast<size_t>(d.n_layers),
+                                                      RopeLayer{true, cfg_.rope_base, cfg_.rope_freq_scale}),
+                               d.head_dim, spec_.rope_pairing);
+    if (!rp.ok()) return rp.status();
+    rope_plan_ = *std::move(rp);
+    return absl::OkStatus();
+  }
+
+  // "linear" (HF rope_scaling linear) is a position scale; Llama 3's
+  // frequency scaling (type "llama3", or a rope_freqs.weight tensor) and YaRN
+  // change the frequencies themselves and are refused until modelled.
+  absl::Status ReadRopeScaling(const HParams& hp) {
+    if (weights_->Find("rope_freqs.weight") != nullptr) {
+      return absl::UnimplementedError(absl::StrCat("model file: tensor rope_freqs.weight (Llama 3 RoPE frequency "
+                                                   "scaling) is not supported yet for ", spec_.arch));
+    }
+    std::string type = "none";
+    if (weights_->file().Find(hp.key("rope.scaling.type")) != nullptr) {
+      auto t = weights_->file().GetString(hp.key("rope.scaling.type"));
+      if (!t.ok()) return t.status();
+      type = *t;
+    }
+    auto factor = hp.FloatOr("rope.scaling.factor", 0, {1.0 / 1024, 1024, true});
+    if (!factor.ok()) return factor.status();
+    if (type == "none" || *factor == 0 || *factor == 1.0) return absl::OkStatus();
+    if (type == "linear") {
+      cfg_.rope_freq_scale = 1.0 / *factor;
+      return absl::OkStatus();
+    }
+    return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.scaling.type"), " = \"", type,
+                                                 "\" is not supported for ", spec_.arch, " (only none and linear)"));
+  }
+
+  absl::Status BindWeights() {
+    DecodeDims& d = dims_;
+    HParams hp(*weights_, spec_.arch);
+    auto emb = hp.Tensor("token_embd.weight", Dim{}, hp.dim("embedding_length", d.hidden));
+    if (!emb.ok()) return emb.status();
+    tok_embd_ = *emb;
+    if (tok_embd_->rows > hparam_bounds::kMaxVocab) {
+      return absl::InvalidArgumentError(absl::StrCat("model file: tensor token_embd.weight has ", tok_embd_->rows,
+                                                     " rows (vocabulary entries), more than the bound ",
+                                                     hparam_bounds::kMaxVocab));
+    }
+    d.vocab = static_cast<int32_t>(tok_embd_->rows);
+    auto vocab_key = hp.IntOr("vocab_size", d.vocab, {d.vocab, d.vocab, "the rows of token_embd.weight"});
+    if (!vocab_key.ok()) return vocab_key.status();
+    const Dim vocab{d.vocab, "the vocabulary (rows of token_embd.weight) = " + std::to_string(d.vocab)};
+    const Dim hidden = hp.dim("embedding_length", d.hidden);
+    if (weights_->Find("output.weight") == nullptr) {
+      output_ = tok_embd_;  // tied embedding
+    } else {
+      auto o = hp.Tensor("output.weight", vocab, hidden);
+      if (!o.ok()) return o.status();
+      output_ = *o;
+    }
+    const Dim one{1, "a norm or bias weight"};
+    auto norm = hp.Tensor("output_norm.weight", one, hidden);
+    if (!norm.ok()) return norm.status();
+    output_norm_ = *norm;
+    if (auto s = RequireF32(*output_norm_); !s.ok()) return s;
+
+    const Dim head_dim = hp.dim("attention.key_length", d.head_dim);
+    const Dim q_dim = hp.dim("attention.head_count", d.n_heads) * head_dim;
+    const Dim kv_dim = hp.dim("attention.head_count_kv", d.n_kv_heads) * head_dim;
+    const Dim ffn = hp.dim("feed_forward_length", cfg_.ffn);
+    struct Want {
+      const WeightTensor* LayerWeights::*dst;
+      const char* name;
+      const Dim& rows;
+      const Dim& cols;
+    };
+    const Want wants[] = {
+        {&LayerWeights::attn_norm, "attn_norm.weight", one, hidden}, {&LayerWeights::wq, "attn_q.weight", q_dim, hidden},
+        {&LayerWeights::wk, "attn_k.weight", kv_dim, hidden},        {&LayerWeights::wv, "attn_v.weight", kv_dim, hidden},
+        {&LayerWeights::wo, "attn_output.weight", hidden, q_dim},    {&LayerWeights::ffn_norm, "ffn_norm.weight", one, hidden},
+        {&LayerWeights::gate, "ffn_gate.weight", ffn, hidden},       {&LayerWeights::up, "ffn_up.weight", ffn, hidden},
+        {&LayerWeights::down, "ffn_down.weight", hidden, ffn},
+    };
+    const Want biases[] = {
+        {&LayerWeights::bq, "attn_q.bias", one, q_dim},
+        {&LayerWeights::bk, "attn_k.bias", one, kv_dim},
+        {&LayerWeights::bv, "attn_v.bias", one, kv_dim},
+    };
+    bool has_bias = false;
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+      const std::string p = absl::StrCat("blk.", il, ".");
+      LayerWeights lw{};
+      for (const Want& want : wants) {
+        auto t = hp.Tensor(p + want.name, want.rows, want.cols);
+        if (!t.ok()) return t.status();
+        lw.*want.dst = *t;
+      }
+      for (const WeightTensor* norm_w : {lw.attn_norm, lw.ffn_norm}) {
+        if (auto s = RequireF32(*norm_w); !s.ok()) return s;
+      }
+      // Biases: all three or none, the same in every layer.
+      const bool want_bias = spec_.qkv_bias_required || weights_->Find(p + "attn_q.bias") != nullptr ||
+                             weights_->Find(p + "attn_k.bias") != nullptr ||
+                             weights_->Find(p + "attn_v.bias") != nullptr;
+      if (il > 0 && want_bias != has_bias) {
+        return absl::InvalidArgumentError(absl::StrCat("model file: layer ", il, (want_bias ? " has" : " lacks"),
+                                                       " q/k/v biases, unlike layer 0"));
+      }
+      has_bias = want_bias;
+      if (want_bias) {
+        for (const Want& want : biases) {
+          auto t = hp.Tensor(p + want.name, want.rows, want.cols);
+          if (!t.ok()) return t.status();
+          if (auto s = RequireF32(**t); !s.ok()) return s;
+          lw.*want.dst = *t;
+        }
+      }
+      for (const char* unmodelled : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"}) {
+        if (weights_->Find(p + unmodelled) != nullptr) {
+          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, unmodelled, " is not supported for ",
+                                                       spec_.arch, " (this layer has only q/k/v biases)"));
+        }
+      }
+      layers_.push_back(lw);
+    }
+    hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, d.n_layers, d.hidden, d.n_heads,
+                         d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.eps,
+                         output_ == tok_embd_);
+    return absl::OkStatus();
+  }
+
+  static absl::Status RequireF32(const WeightTensor& t) {
+    if (t.type == DType::kF32) return absl::OkStatus();
+    return absl::UnimplementedError(
+        absl::StrCat("tensor ", t.name, ": norm and bias weights must be f32, got ", DTypeName(t.type)));
+  }
+
+  const LlamaStyleSpec spec_;
+  LlamaStyleConfig cfg_;
+  const WeightTensor* tok_embd_ = nullptr;
+  const WeightTensor* output_ = nullptr;
+  const WeightTensor* output_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeModel>> CreateLlamaStyle(const LlamaStyleSpec& spec,
+                                                              std::shared_ptr<const Weights> weights,
+                                                              const FamilyOptions& options) {
+  return LlamaStyle::Create(spec, std::move(weights), options);
+}
+
+}  // namespace decoded
