@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/hparam_bounds.h"
 #include "engine/hparams.h"
+#include "models/transformer_dims.h"
 #include "models/family_base.h"
 
 namespace decoded {
@@ -92,33 +93,8 @@ class LlamaStyle final : public FamilyBase {
       dst = *v;
       return absl::OkStatus();
     };
+    if (absl::Status s = ReadTransformerDims(hp, d, &cfg_.ffn); !s.ok()) return s;
     const std::function<absl::Status()> reads[] = {
-        [&] { return assign(d.n_layers, hp.LayerCount("block_count")); },
-        [&] { return assign(d.hidden, hp.Int("embedding_length", {1, hb::kMaxWidth})); },
-        [&] { return assign(cfg_.ffn, hp.Int("feed_forward_length", {1, hb::kMaxWidth})); },
-        [&] { return assign(d.n_heads, hp.Int("attention.head_count", {1, hb::kMaxHeads})); },
-        [&] {
-          return assign(d.n_kv_heads, hp.IntOr("attention.head_count_kv", d.n_heads,
-                                               {1, d.n_heads, hp.key("attention.head_count")}));
-        },
-        [&]() -> absl::Status {
-          if (d.n_heads % d.n_kv_heads == 0) return absl::OkStatus();
-          return absl::InvalidArgumentError(absl::StrCat(
-              "model file: ", hp.key("attention.head_count"), " = ", d.n_heads, " is not a multiple of ",
-              hp.key("attention.head_count_kv"), " = ", d.n_kv_heads, " (each KV head serves a whole group)"));
-        },
-        [&] {
-          return assign(d.head_dim, hp.IntOr("attention.key_length", d.hidden / d.n_heads,
-                                             {2, hb::kMaxHeadDim, "", 2}));
-        },
-        [&]() -> absl::Status {
-          auto value_length = hp.IntOr("attention.value_length", d.head_dim, {1, hb::kMaxHeadDim});
-          if (!value_length.ok()) return value_length.status();
-          if (*value_length == d.head_dim) return absl::OkStatus();
-          return absl::InvalidArgumentError(absl::StrCat(
-              "model file: ", hp.key("attention.value_length"), " = ", *value_length, " differs from ",
-              hp.key("attention.key_length"), " = ", d.head_dim, " (this family uses one head size)"));
-        },
         // More rotated dimensions than the head holds is a malformed file;
         // fewer (partial rotary) is another family's feature.
         [&]() -> absl::Status {
