@@ -182,32 +182,13 @@ class Gemma3 final : public FamilyBase {
   absl::Status BindWeights() {
     DecodeDims& d = dims_;
     HParams hp(*weights_, family_);
-    auto emb = hp.Tensor("token_embd.weight", Dim{}, hp.dim("embedding_length", d.hidden));
-    if (!emb.ok()) return emb.status();
-    tok_embd_ = *emb;
-    if (tok_embd_->rows > hparam_bounds::kMaxVocab) {
-      return absl::InvalidArgumentError(absl::StrCat("model file: tensor token_embd.weight has ", tok_embd_->rows,
-                                                     " rows (vocabulary entries), more than the bound ",
-                                                     hparam_bounds::kMaxVocab));
-    }
-    d.vocab = static_cast<int32_t>(tok_embd_->rows);
-    // Optional (llama.cpp's "<arch>.vocab_size"): when present it must agree.
-    auto vocab_key = hp.IntOr("vocab_size", d.vocab, {d.vocab, d.vocab, "the rows of token_embd.weight"});
-    if (!vocab_key.ok()) return vocab_key.status();
-    const Dim vocab{d.vocab, "the vocabulary (rows of token_embd.weight) = " + std::to_string(d.vocab)};
+    auto bound = BindEmbeddingAndOutput(hp, *weights_, d);
+    if (!bound.ok()) return bound.status();
+    tok_embd_ = bound->tok_embd;
+    output_ = bound->output;
+    output_norm_ = bound->output_norm;
     const Dim hidden = hp.dim("embedding_length", d.hidden);
-    const WeightTensor* out = weights_->Find("output.weight");
-    if (out == nullptr) {
-      output_ = tok_embd_;  // tied embedding
-    } else {
-      auto o = hp.Tensor("output.weight", vocab, hidden);
-      if (!o.ok()) return o.status();
-      output_ = *o;
-    }
     const Dim one{1, "a norm weight"};
-    auto norm = hp.Tensor("output_norm.weight", one, hidden);
-    if (!norm.ok()) return norm.status();
-    output_norm_ = *norm;
 
     const Dim head_dim = hp.dim("attention.key_length", d.head_dim);
     const Dim q_dim = hp.dim("attention.head_count", d.n_heads) * head_dim;

@@ -1,6 +1,7 @@
 #include "models/transformer_dims.h"
 
 #include <functional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/hparam_bounds.h"
@@ -48,6 +49,36 @@ absl::Status ReadTransformerDims(const HParams& hp, DecodeDims& d, int32_t* ffn)
     if (absl::Status s = read(); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<EmbeddingAndOutput> BindEmbeddingAndOutput(const HParams& hp, const Weights& weights,
+                                                          DecodeDims& d) {
+  EmbeddingAndOutput out;
+  auto emb = hp.Tensor("token_embd.weight", Dim{}, hp.dim("embedding_length", d.hidden));
+  if (!emb.ok()) return emb.status();
+  out.tok_embd = *emb;
+  if (out.tok_embd->rows > hparam_bounds::kMaxVocab) {
+    return absl::InvalidArgumentError(absl::StrCat("model file: tensor token_embd.weight has ", out.tok_embd->rows,
+                                                   " rows (vocabulary entries), more than the bound ",
+                                                   hparam_bounds::kMaxVocab));
+  }
+  d.vocab = static_cast<int32_t>(out.tok_embd->rows);
+  // Optional (llama.cpp's "<arch>.vocab_size"): when present it must agree.
+  auto vocab_key = hp.IntOr("vocab_size", d.vocab, {d.vocab, d.vocab, "the rows of token_embd.weight"});
+  if (!vocab_key.ok()) return vocab_key.status();
+  const Dim vocab{d.vocab, "the vocabulary (rows of token_embd.weight) = " + std::to_string(d.vocab)};
+  const Dim hidden = hp.dim("embedding_length", d.hidden);
+  if (weights.Find("output.weight") == nullptr) {
+    out.output = out.tok_embd;  // tied embedding
+  } else {
+    auto o = hp.Tensor("output.weight", vocab, hidden);
+    if (!o.ok()) return o.status();
+    out.output = *o;
+  }
+  auto norm = hp.Tensor("output_norm.weight", Dim{1, "a norm weight"}, hidden);
+  if (!norm.ok()) return norm.status();
+  out.output_norm = *norm;
+  return out;
 }
 
 }  // namespace decoded

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/decode_plans.h"
 #include "engine/hparams.h"
 
@@ -20,6 +21,19 @@ namespace decoded {
 // rotates pairs) and checks attention.value_length equals the head size (one
 // head size per model). INVALID_ARGUMENT naming the key otherwise.
 absl::Status ReadTransformerDims(const HParams& hp, DecodeDims& d, int32_t* ffn);
+
+// The tensors around the layers.
+struct EmbeddingAndOutput {
+  const WeightTensor* tok_embd = nullptr;     // token_embd.weight [vocab, hidden]
+  const WeightTensor* output = nullptr;       // output.weight [vocab, hidden], or tok_embd when tied
+  const WeightTensor* output_norm = nullptr;  // output_norm.weight [1, hidden]
+};
+
+// Binds them after ReadTransformerDims and sets d.vocab from token_embd's
+// rows (at most hparam_bounds::kMaxVocab, equal to <arch>.vocab_size when
+// that key is present). INVALID_ARGUMENT naming the tensor or key otherwise.
+absl::StatusOr<EmbeddingAndOutput> BindEmbeddingAndOutput(const HParams& hp, const Weights& weights,
+                                                          DecodeDims& d);
 
 }  // namespace decoded
 
