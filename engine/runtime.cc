@@ -28,6 +28,14 @@ class ContextImpl final : public DecodeContext {
   absl::StatusOr<absl::Span<const float>> Prefill(absl::Span<const int32_t> tokens, bool all_logits,
                                                   Executor& executor) override;
   absl::StatusOr<absl::Span<const float>> Decode(int32_t token, Executor& executor) override;
+  absl::Status Rewind(int32_t len) override {
+    if (len < 0 || len > kv_->cached_len()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot rewind to ", len, ": the context holds ", kv_->cached_len(), " tokens"));
+    }
+    kv_->Truncate(len);
+    return absl::OkStatus();
+  }
   int64_t kv_bytes() const override { return kv_->bytes(); }
   int64_t bound_nodes() const override { return session_.bound_nodes; }
 
@@ -104,7 +112,8 @@ std::string DominantWeightType(const GgufFile& file) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf_path) {
+absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf_path,
+                                                         std::string_view chat_template_override) {
   auto file = GgufFile::Open(gguf_path);
   if (!file.ok()) return file.status();
   std::shared_ptr<const GgufFile> shared_file(std::move(*file));
@@ -112,7 +121,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf
   if (!weights.ok()) return weights.status();
   auto family = CreateFamily(*weights);
   if (!family.ok()) return family.status();
-  auto tokenizer = Tokenizer::FromGguf(*shared_file);
+  auto tokenizer = Tokenizer::FromGguf(*shared_file, chat_template_override);
   if (!tokenizer.ok()) return tokenizer.status();
   if ((*tokenizer)->vocab_size() != (*family)->dims().vocab) {
     return absl::InvalidArgumentError(absl::StrCat("model file: tokenizer has ", (*tokenizer)->vocab_size(),

@@ -45,7 +45,9 @@ class Model {
  public:
   // NOT_FOUND / INVALID_ARGUMENT / UNIMPLEMENTED from the GGUF reader and the
   // family's hyper-parameter and weight checks (message names the key/tensor).
-  static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& gguf_path);
+  // `chat_template_override`: see Tokenizer::FromGguf.
+  static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& gguf_path,
+                                                           std::string_view chat_template_override = {});
   virtual ~Model() = default;
 
   virtual const ModelInfo& info() const = 0;
@@ -80,6 +82,13 @@ class DecodeContext {
   // and optimizes the plan, later calls only rebind per-token data. Returns
   // [vocab] f32 logits, valid until the next call. Errors as Prefill.
   virtual absl::StatusOr<absl::Span<const float>> Decode(int32_t token, Executor& executor) = 0;
+
+  // Forgets the tokens from position `len` on, so the next Prefill/Decode
+  // writes at `len`: a chat turn whose rendering differs from the context
+  // after some position recomputes from there (prefix reuse). The held decode
+  // plan stays valid (its KV-write offset and masks are rebound per token).
+  // INVALID_ARGUMENT unless 0 <= len <= cached_len().
+  virtual absl::Status Rewind(int32_t len) = 0;
 
   // Bytes of KV cache this context holds (K and V, all layers, full capacity).
   virtual int64_t kv_bytes() const = 0;

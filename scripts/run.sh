@@ -4,14 +4,23 @@
 # reply to a prompt through decoded-cli, then stop the daemon.
 #
 #   scripts/run.sh ["prompt text"]        (default prompt below)
-# Environment: DECODED_LISTEN (127.0.0.1:50051), DECODED_THREADS (2).
+# Environment: DECODED_LISTEN (127.0.0.1:50051), DECODED_THREADS (2),
+# DECODED_MODEL: a name scripts/fetch_model.sh knows (gemma3, the default base
+# model, continues the prompt as text; the instruction-tuned smollm2 and qwen2
+# answer it as a chat message, rendered with their own chat template).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prompt="${1:-Once upon a time, in a small village by the sea,}"
+name="${DECODED_MODEL:-gemma3}"
+case "$name" in
+  gemma3) chat=0; default_prompt="Once upon a time, in a small village by the sea," ;;
+  smollm2 | qwen2) chat=1; default_prompt="Write a haiku about the sea." ;;
+  *) echo "run: unknown DECODED_MODEL '$name' (gemma3, smollm2, qwen2)" >&2; exit 2 ;;
+esac
+prompt="${1:-$default_prompt}"
 listen="${DECODED_LISTEN:-127.0.0.1:50051}"
 
 scripts/setup.sh
-model="$(scripts/fetch_model.sh)"
+model="$(scripts/fetch_model.sh "$name")"
 BUILD_DIR=build scripts/build.sh
 
 build/server/decoded --model "$model" --listen "$listen" --metrics_listen "" \
@@ -32,6 +41,11 @@ for _ in $(seq 120); do
   build/client/decoded-cli --server "$listen" --info >/dev/null 2>&1 && break
   sleep 0.5
 done
-# Seeded sampling (reproducible): the base 270M model loops under pure greedy decoding.
-build/client/decoded-cli --server "$listen" --prompt "$prompt" --max_new_tokens 64 \
-  --temperature 0.7 --top_p 0.9 --repetition_penalty 1.1 --seed 7
+if ((chat)); then
+  printf '%s\n' "$prompt" | build/client/decoded-cli --server "$listen" --chat --max_new_tokens 128 \
+    --temperature 0.7 --top_p 0.9 --seed 7
+else
+  # Seeded sampling (reproducible): the base 270M model loops under pure greedy decoding.
+  build/client/decoded-cli --server "$listen" --prompt "$prompt" --max_new_tokens 64 \
+    --temperature 0.7 --top_p 0.9 --repetition_penalty 1.1 --seed 7
+fi

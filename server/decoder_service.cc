@@ -127,6 +127,11 @@ grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerConte
         resp->set_max_sessions(info.max_sessions);
         resp->set_bos_id(info.bos_id);
         resp->set_eos_id(info.eos_id);
+        resp->set_tokenizer(info.tokenizer);
+        resp->set_pre_tokenizer(info.pre_tokenizer);
+        resp->set_chat_template(info.chat_template);
+        resp->set_chat_template_error(info.chat_template_error);
+        for (int32_t id : info.end_of_generation_ids) resp->add_end_of_generation_ids(id);
         return absl::OkStatus();
       });
 }

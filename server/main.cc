@@ -12,7 +12,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +57,9 @@ ABSL_FLAG(int, max_unconsumed_events, 8,
 ABSL_FLAG(int64_t, kv_budget_mb, -1,
           "KV cache all open sessions may reserve, MiB; beyond it new streams get RESOURCE_EXHAUSTED. "
           "-1: 75% of physical memory; 0: no limit");
+ABSL_FLAG(std::string, chat_template, "",
+          "file with a Jinja chat template that replaces the model file's tokenizer.chat_template (for models "
+          "without one, e.g. a base model); empty: the file's own");
 ABSL_FLAG(bool, chat_content_specials, false,
           "parse special-token spellings (<start_of_turn>, ...) in chat message content into their ids; "
           "for trusted clients only (off, content is plain text and cannot forge turns)");
@@ -135,6 +140,16 @@ int main(int argc, char** argv) {
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);
   engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);
   engine_options.parse_special_in_chat_content = absl::GetFlag(FLAGS_chat_content_specials);
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().empty()) {
+      std::cerr << "decoded: --chat_template " << path << ": cannot read a template from it\n";
+      return 1;
+    }
+    engine_options.chat_template = text.str();
+  }
   int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
   if (kv_budget_mb < 0) {
     const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);

@@ -28,7 +28,8 @@ class DetokenizerText final : public TextDecoder {
 
 class RealServingModel final : public ServingModel {
  public:
-  explicit RealServingModel(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+  RealServingModel(std::shared_ptr<const Model> model, bool parse_special_in_chat_content)
+      : model_(std::move(model)), parse_special_in_chat_content_(parse_special_in_chat_content) {}
   int32_t vocab_size() const override { return model_->tokenizer().vocab_size(); }
   bool IsEndOfGeneration(int32_t id) const override { return model_->tokenizer().IsEndOfGeneration(id); }
   std::unique_ptr<TextDecoder> NewTextDecoder() const override {
@@ -37,11 +38,30 @@ class RealServingModel final : public ServingModel {
   absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const override {
     return model_->NewContext(max_seq_len);
   }
+  absl::StatusOr<std::vector<int32_t>> EncodeConversation(absl::Span<const ChatMessage> messages) const override {
+    return model_->tokenizer().EncodeChat(messages, /*add_generation_prompt=*/true, parse_special_in_chat_content_);
+  }
+  int32_t bos_id() const override { return model_->tokenizer().bos_id(); }
   const Model& model() const { return *model_; }
 
  private:
   std::shared_ptr<const Model> model_;
+  const bool parse_special_in_chat_content_;
 };
+
+// "model" is accepted as Gemma's spelling of "assistant"; templates see the
+// common role names only.
+absl::Status NormalizeRoles(std::vector<ChatMessage>& messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    std::string& role = messages[i].role;
+    if (role == "model") role = "assistant";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "]: unknown role \"", ToValidUtf8(role),
+                                                     "\" (expected system, user, assistant, model or tool)"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckOptions(const EngineOptions& o) {
   if (o.workers < 1) return absl::InvalidArgumentError("workers must be >= 1");
@@ -76,14 +96,28 @@ absl::Status WarmUp(const Model& model, int threads) {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<RealServingModel> model, const EngineOptions& options, int32_t session_len)
-      : model_(std::move(model)), parse_special_in_chat_content_(options.parse_special_in_chat_content) {
+      : model_(std::move(model)) {
     const decoded::ModelInfo& mi = model_->model().info();
     const Tokenizer& tok = model_->model().tokenizer();
     // general.name is file data, taken as is; clients receive it as a proto string.
-    info_ = EngineModelInfo{mi.family,        ToValidUtf8(mi.name), mi.context_length, mi.vocab_size,
-                            mi.n_layers,      mi.hidden_size, mi.sliding_window, mi.weight_dtype,
-                            mi.device,        session_len,    options.max_sessions, tok.bos_id(),
-                            tok.eos_id()};
+    info_.family = mi.family;
+    info_.name = ToValidUtf8(mi.name);
+    info_.context_length = mi.context_length;
+    info_.vocab_size = mi.vocab_size;
+    info_.n_layers = mi.n_layers;
+    info_.hidden_size = mi.hidden_size;
+    info_.sliding_window = mi.sliding_window;
+    info_.weight_dtype = mi.weight_dtype;
+    info_.device = mi.device;
+    info_.session_context_length = session_len;
+    info_.max_sessions = options.max_sessions;
+    info_.bos_id = tok.bos_id();
+    info_.eos_id = tok.eos_id();
+    info_.tokenizer = tok.model() == "gpt2" ? "byte_level_bpe" : "sentencepiece";
+    info_.pre_tokenizer = tok.pre_tokenizer();
+    info_.chat_template = ToValidUtf8(tok.chat_template());
+    info_.chat_template_error = ToValidUtf8(std::string(tok.chat_template_status().message()));
+    info_.end_of_generation_ids = tok.end_of_generation_ids();
     // The longest text a turn can need: every token spells at most this many
     // bytes, so longer input cannot fit a session's context whatever it says,
     // and is refused before the tokenizer spends time on it.
@@ -121,11 +155,16 @@ class EngineImpl final : public Engine {
         break;
       case TurnRequest::InputKind::kMessages: {
         if (turn.messages.empty()) return absl::InvalidArgumentError("the turn has no messages");
-        absl::StatusOr<std::vector<int32_t>> chat =
-            tok.EncodeChat(turn.messages, /*add_generation_prompt=*/true, parse_special_in_chat_content_);
-        if (!chat.ok()) return chat.status();
-        prepared.prompt = *std::move(chat);
-        prepared.bos_id = tok.prompt_bos_id();
+        // Text and token turns keep working on a model whose template is
+        // missing or beyond the renderer; chat turns say why they cannot.
+        if (absl::Status usable = tok.chat_template_status(); !usable.ok()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("this model cannot serve chat turns: ", usable.message()));
+        }
+        // Rendered when the turn starts, with the session's whole conversation.
+        prepared.chat = true;
+        prepared.messages = turn.messages;
+        if (absl::Status s = NormalizeRoles(prepared.messages); !s.ok()) return s;
         break;
       }
       case TurnRequest::InputKind::kTokens:
@@ -186,7 +225,6 @@ class EngineImpl final : public Engine {
   }
 
   std::unique_ptr<RealServingModel> model_;
-  const bool parse_special_in_chat_content_;
   int64_t max_input_bytes_ = 0;
   EngineModelInfo info_;
   std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
@@ -196,14 +234,15 @@ class EngineImpl final : public Engine {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_path);
+  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_path, options.chat_template);
   if (!model.ok()) return model.status();
   const int32_t session_len = std::min<int32_t>(options.context_length, (*model)->info().context_length);
   if (absl::Status s = WarmUp(**model, options.threads_per_worker); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("warm-up failed: ", s.message()));
   }
   return std::unique_ptr<Engine>(
-      new EngineImpl(std::make_unique<RealServingModel>(*std::move(model)), options, session_len));
+      new EngineImpl(std::make_unique<RealServingModel>(*std::move(model), options.parse_special_in_chat_content),
+                     options, session_len));
 }
 
 }  // namespace decoded::serving

@@ -139,6 +139,10 @@ struct EngineOptions {
   // markup yields control tokens (Tokenizer::EncodeChat), so a client cannot
   // forge turns. For trusted clients only.
   bool parse_special_in_chat_content = false;
+  // A Jinja chat template that replaces the model file's own (vLLM's
+  // --chat-template): for files without one. "" = the file's. Engine::Create
+  // fails with INVALID_ARGUMENT when it cannot be parsed.
+  std::string chat_template;
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(bool prefill, double seconds)> on_step;
@@ -158,6 +162,11 @@ struct EngineModelInfo {
   int32_t max_sessions = 0;
   int32_t bos_id = 0;
   int32_t eos_id = 0;
+  std::string tokenizer;       // "sentencepiece" or "byte_level_bpe"
+  std::string pre_tokenizer;   // tokenizer.ggml.pre ("" for sentencepiece)
+  std::string chat_template;   // tokenizer.chat_template ("" = none)
+  std::string chat_template_error;  // "" when chat turns can be served
+  std::vector<int32_t> end_of_generation_ids;
 };
 
 struct EngineStats {

@@ -13,6 +13,13 @@ struct Scheduler::Session {
   const SessionId id;
   std::unique_ptr<DecodeContext> ctx;
   std::vector<int32_t> carry;  // tokens of the context not yet in the KV cache
+  // Every context token in order: the KV cache's, then the carry.
+  std::vector<int32_t> history;
+  // The chat conversation (messages and the model's replies) whose rendering
+  // the context is, while `follows_conversation`. A text or token turn breaks
+  // that link; chat turns after it are rendered on their own and appended.
+  std::vector<ChatMessage> conversation;
+  bool follows_conversation = true;
   // The current turn; null when idle. Owned here, stepped by one worker at a time.
   std::unique_ptr<TurnRunner> turn;
   TurnSink* sink = nullptr;
@@ -106,7 +113,9 @@ absl::StatusOr<SessionId> Scheduler::Open() {
 
 absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) {
   const Clock::time_point accepted = Clock::now();
-  if (turn.prompt.empty()) return absl::InvalidArgumentError("the turn's input is empty");
+  if (turn.chat ? turn.messages.empty() : turn.prompt.empty()) {
+    return absl::InvalidArgumentError("the turn's input is empty");
+  }
   const int32_t vocab = model_->vocab_size();
   for (int32_t t : turn.prompt) {
     if (t < 0 || t >= vocab) {
@@ -149,17 +158,58 @@ absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) 
 absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted) {
   // No step runs on ctx here: the session is idle, or its worker is past its
   // last step of the previous turn.
-  const int32_t context = s->context_tokens();
-  // BOS follows from what the context holds, not from which turns came before:
-  // a first turn cancelled before its first step leaves the context empty.
-  if (turn.bos_id >= 0 && context == 0 && turn.prompt.front() != turn.bos_id) {
+  int32_t context = s->context_tokens();
+  // The context tokens the turn keeps: all, except where a chat turn's
+  // rendering of the whole conversation departs from them.
+  int32_t keep = context;
+  if (turn.chat) {
+    std::vector<ChatMessage> conversation;
+    if (s->follows_conversation) conversation = s->conversation;
+    conversation.insert(conversation.end(), turn.messages.begin(), turn.messages.end());
+    absl::StatusOr<std::vector<int32_t>> ids = model_->EncodeConversation(conversation);
+    if (!ids.ok()) return ids.status();
+    if (ids->empty()) return absl::FailedPreconditionError("the chat template rendered nothing");
+    if (s->follows_conversation) {
+      // Prefix reuse: the context already holds the longest common prefix of
+      // the two; only the rest is prefilled, so after every turn the context
+      // is, token for token, the rendering of the whole conversation. The
+      // prefix stops short of the end so the turn feeds at least one token.
+      const size_t limit = std::min(s->history.size(), ids->size() - 1);
+      size_t common = 0;
+      while (common < limit && s->history[common] == (*ids)[common]) ++common;
+      keep = static_cast<int32_t>(common);
+      turn.prompt.assign(ids->begin() + common, ids->end());
+    } else {
+      // Appended after text or token turns: the template's BOS only opens a context.
+      if (context > 0 && ids->size() > 1 && ids->front() == model_->bos_id()) ids->erase(ids->begin());
+      turn.prompt = *std::move(ids);
+    }
+  } else if (turn.bos_id >= 0 && context == 0 && turn.prompt.front() != turn.bos_id) {
+    // BOS follows from what the context holds, not from which turns came
+    // before: a first turn cancelled before its first step leaves it empty.
     turn.prompt.insert(turn.prompt.begin(), turn.bos_id);
   }
-  const int64_t room = s->ctx->capacity() - context;
+  const int64_t room = s->ctx->capacity() - keep;
   if (static_cast<int64_t>(turn.prompt.size()) > room) {
     return absl::InvalidArgumentError(absl::StrCat("the input needs ", turn.prompt.size(),
                                                    " tokens but the session's context has ", room, " of ",
                                                    s->ctx->capacity(), " left"));
+  }
+  if (keep < context) {
+    // Forget the departing tail: KV rows past `keep` and carry tokens alike.
+    const int32_t cached = s->ctx->cached_len();
+    if (keep < cached) {
+      if (absl::Status rewound = s->ctx->Rewind(keep); !rewound.ok()) return rewound;
+      s->carry.clear();
+    } else {
+      s->carry.resize(keep - cached);
+    }
+    s->history.resize(keep);
+    context = keep;
+  }
+  if (!turn.chat) {
+    s->follows_conversation = false;
+    s->conversation.clear();
   }
   s->turn = std::make_unique<TurnRunner>(*model_, std::move(turn), std::move(s->carry), context, accepted);
   s->carry.clear();
@@ -270,6 +320,17 @@ EngineStats Scheduler::Stats() const {
   return stats;
 }
 
+void Scheduler::RecordTurn(Session* s, const TurnRunner& turn) {
+  turn.AppendContextTokens(s->history);
+  if (!turn.turn().chat || !s->follows_conversation) return;
+  // A turn whose prompt was cut short (cancel or shutdown during prefill) is
+  // not part of the conversation; the next chat turn's prefix reuse rewinds
+  // the partial prompt it left.
+  if (!turn.prompt_complete()) return;
+  s->conversation.insert(s->conversation.end(), turn.turn().messages.begin(), turn.turn().messages.end());
+  if (turn.generated() > 0) s->conversation.push_back(ChatMessage{"assistant", turn.reply_text()});
+}
+
 bool Scheduler::HasWorkOrStopping() const { return stopping_ || !runnable_.empty(); }
 
 void Scheduler::MaybeEnqueue(Session* s) {
@@ -330,6 +391,7 @@ void Scheduler::WorkerLoop() {
       if (out.end) {
         if (out.nonfinite_logits) ++nonfinite_logits_turns_;
         s->carry = turn->TakeCarry();
+        RecordTurn(s, *turn);
         finished = std::move(s->turn);
         s->sink = nullptr;
         s->end_request.reset();

@@ -104,9 +104,15 @@ class Scheduler {
   // nor held by a worker.
   void MaybeEnqueue(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks that `turn` fits `s`'s context, places BOS and makes it the
-  // running turn.
+  // running turn. A chat turn's prompt is derived here: the whole
+  // conversation is rendered and tokenized, the context is rewound to the
+  // longest prefix it shares with that, and the rest becomes the prompt.
   absl::Status StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an ended turn in its session: the context tokens it added, and
+  // for a chat turn its messages and the model's reply (the text the client
+  // received) in the session's conversation.
+  void RecordTurn(Session* s, const TurnRunner& turn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a closing session that no worker holds out of the map.
   std::unique_ptr<Session> TakeClosedLocked(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Destroys a session taken by TakeClosedLocked and runs its release

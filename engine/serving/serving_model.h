@@ -1,5 +1,6 @@
 // What the scheduler needs from a model: contexts to step, the vocabulary
-// size, which ids end generation, and a per-turn UTF-8-safe text decoder.
+// size, which ids end generation, a per-turn UTF-8-safe text decoder, and the
+// chat template's tokenization of a whole conversation.
 //
 // The scheduler sees a model only through this interface, so its semantics
 // (fairness, cancellation, closing) are testable with a scripted fake; the
@@ -11,8 +12,12 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/runtime.h"
+#include "engine/chat/chat_message.h"
 
 namespace decoded::serving {
 
@@ -34,6 +39,13 @@ class ServingModel {
   virtual std::unique_ptr<TextDecoder> NewTextDecoder() const = 0;
   // As Model::NewContext.
   virtual absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const = 0;
+  // The ids of a whole conversation rendered by the model's chat template and
+  // followed by its generation prompt (the opening of the model's reply),
+  // with a BOS exactly where the template writes one. FAILED_PRECONDITION
+  // when the model has no usable template; INVALID_ARGUMENT when the template
+  // rejects the conversation (e.g. roles that do not alternate).
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeConversation(absl::Span<const ChatMessage> messages) const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 when the vocabulary has none
 };
 
 }  // namespace decoded::serving

@@ -138,6 +138,7 @@ void TurnRunner::SampleAndEmit(absl::Span<const float> logits, DecodeContext& ct
   sampler_.Accept(r.id);
   unfed_ = r.id;
   ++generated_;
+  generated_ids_.push_back(r.id);
   const Clock::time_point now = Clock::now();
   if (!first_token_) first_token_ = now;
   last_token_ = now;
@@ -170,6 +171,7 @@ void TurnRunner::SampleAndEmit(absl::Span<const float> logits, DecodeContext& ct
     event.text += stop_matcher_.Push(text_->Flush());
     if (!stop_matcher_.stopped()) event.text += stop_matcher_.Flush();
   }
+  reply_text_ += event.text;
   out.tokens.push_back(std::move(event));
   if (reason) out.end = MakeEnd(*reason);
 }
@@ -181,7 +183,13 @@ TurnEnd TurnRunner::End(FinishReason reason) {
   // tokens put in the context.
   end.text = stop_matcher_.Push(text_->Flush());
   if (!stop_matcher_.stopped()) end.text += stop_matcher_.Flush();
+  reply_text_ += end.text;
   return end;
+}
+
+void TurnRunner::AppendContextTokens(std::vector<int32_t>& history) const {
+  history.insert(history.end(), turn_.prompt.begin(), turn_.prompt.begin() + PromptTokensFed());
+  history.insert(history.end(), generated_ids_.begin(), generated_ids_.end());
 }
 
 std::vector<int32_t> TurnRunner::TakeCarry() {

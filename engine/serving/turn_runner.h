@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/runtime.h"
@@ -37,6 +38,11 @@ using Clock = std::chrono::steady_clock;
 
 // A validated turn with its input already tokenized.
 struct PreparedTurn {
+  // A chat turn: `messages` continue the session's conversation and the
+  // scheduler derives `prompt` when the turn starts (Scheduler::StartTurn),
+  // from the template's rendering of the whole conversation.
+  bool chat = false;
+  std::vector<ChatMessage> messages;
   std::vector<int32_t> prompt;  // the turn's own input tokens (non-empty), without a BOS the server adds
   // >= 0: the model's BOS, prepended when the turn opens an empty context
   // (unless the prompt already starts with it). -1: the prompt is used as is.
@@ -79,6 +85,17 @@ class TurnRunner {
   // last sampled token, or the carry this turn was given if it never fed it.
   std::vector<int32_t> TakeCarry();
 
+  // Appends the tokens this turn put into the context (its prompt tokens
+  // that were fed, then every sampled token, the unfed last one included) to
+  // `history`, which held the context when the turn began.
+  void AppendContextTokens(std::vector<int32_t>& history) const;
+
+  const PreparedTurn& turn() const { return turn_; }
+  int32_t generated() const { return generated_; }
+  bool prompt_complete() const { return PromptTokensFed() == static_cast<int32_t>(turn_.prompt.size()); }
+  // The reply text the client received (token events and TurnEnd::text).
+  const std::string& reply_text() const { return reply_text_; }
+
  private:
   void SampleAndEmit(absl::Span<const float> logits, DecodeContext& ctx, StepOutput& out);
   // Ends the turn with kError: `status`, or INTERNAL for non-finite logits.
@@ -98,6 +115,8 @@ class TurnRunner {
   std::unique_ptr<TextDecoder> text_;
   std::optional<int32_t> unfed_;  // last sampled token, not yet through Decode
   int32_t generated_ = 0;
+  std::vector<int32_t> generated_ids_;
+  std::string reply_text_;
   std::vector<float> prompt_logprobs_;
 
   Clock::time_point accepted_;

@@ -75,7 +75,8 @@ absl::StatusOr<std::vector<TokenType>> ReadTokenTypes(const GgufFile& file) {
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file,
+                                                             std::string_view chat_template_override) {
   absl::StatusOr<std::string> model = file.GetString("tokenizer.ggml.model");
   if (!model.ok()) {
     return absl::InvalidArgumentError(
@@ -112,6 +113,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     if (!pre.ok()) return pre.status();
     vocab.pre = *std::move(pre);
   }
+  // The chat template is optional: without one (or with one the renderer
+  // cannot run) text and token turns still work; chat turns say why not.
+  absl::StatusOr<std::string> chat_template =
+      Optional(file.GetString("tokenizer.chat_template"), std::string());
+  if (!chat_template.ok()) return chat_template.status();
+  vocab.chat_template = chat_template_override.empty() ? *std::move(chat_template)
+                                                      : std::string(chat_template_override);
   // SentencePiece defaults are llama.cpp's for vocabularies that omit the
   // keys; byte-level vocabularies get no special id they do not name.
   absl::StatusOr<int32_t> id = OptionalId(file, "tokenizer.ggml.bos_token_id", bpe ? -1 : 1);
@@ -142,7 +150,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     if (!flag.ok()) return flag.status();
     vocab.add_space_prefix = *flag;
   }
-  return FromVocab(std::move(vocab));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = FromVocab(std::move(vocab));
+  if (tokenizer.ok() && !chat_template_override.empty()) {
+    // Asked for explicitly: a template that cannot run is an error now, not
+    // a refusal of every chat turn later.
+    if (absl::Status usable = (*tokenizer)->chat_template_status(); !usable.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template override: ", usable.message()));
+    }
+  }
+  return tokenizer;
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab vocab) {
@@ -220,8 +236,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
     auto it = impl->piece_to_id.find(p);
     return it == impl->piece_to_id.end() ? -1 : it->second;
   };
-  impl->start_of_turn_id = lookup("<start_of_turn>");
-  impl->end_of_turn_id = lookup("<end_of_turn>");
+  if (impl->vocab.chat_template.empty()) {
+    impl->chat_template_status =
+        absl::FailedPreconditionError("the model file has no chat template (tokenizer.chat_template)");
+  } else if (absl::StatusOr<ChatTemplate> parsed = ChatTemplate::Parse(impl->vocab.chat_template); parsed.ok()) {
+    impl->chat_template = std::make_unique<const ChatTemplate>(*std::move(parsed));
+  } else {
+    impl->chat_template_status = absl::FailedPreconditionError(
+        absl::StrCat("its chat template (tokenizer.chat_template) cannot be rendered: ", parsed.status().message()));
+  }
   auto add_eog = [&](int32_t id) {
     if (id < 0) return;
     for (int32_t e : impl->end_of_generation) {

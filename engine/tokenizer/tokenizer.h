@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/chat/chat_message.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace decoded {
@@ -59,11 +60,8 @@ struct TokenizerVocab {
   // tokenizer.ggml.pre (the pre-tokenizer's name).
   std::vector<std::string> merges;
   std::string pre;
-};
-
-struct ChatMessage {
-  std::string role;     // "system", "user", "assistant"/"model"
-  std::string content;
+  // tokenizer.chat_template: the model's Jinja chat template ("" = none).
+  std::string chat_template;
 };
 
 class Tokenizer {
@@ -77,7 +75,12 @@ class Tokenizer {
   // as in llama.cpp. Defaults for absent keys: "llama" as llama.cpp (BOS 1,
   // EOS 2, UNK 0, add_bos and add_space_prefix true); "gpt2" no special ids,
   // add_bos only for pre "llama-bpe", never a space prefix.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+  // `chat_template_override` (non-empty) replaces the file's
+  // tokenizer.chat_template, like vLLM's --chat-template: for a model file
+  // without one, or to fix one; INVALID_ARGUMENT if it cannot be parsed (a
+  // file's own unusable template only disables chat turns).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file,
+                                                             std::string_view chat_template_override = {});
 
   // Builds from plain vectors. INVALID_ARGUMENT (naming the field) when the
   // vocabulary is empty, `scores`/`types` lengths differ from `pieces`, two
@@ -142,37 +145,37 @@ class Tokenizer {
   // INVALID_ARGUMENT on an id outside [0, vocab_size).
   absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const;
 
-  // Renders chat turns in the model's turn format (Gemma:
-  // "<start_of_turn>user\n...<end_of_turn>\n", assistant role spelled "model",
-  // system text folded into the first user turn), optionally ending with the
-  // opening of the model's turn. INVALID_ARGUMENT on an unknown role.
-  //
-  // Follows Gemma's Hugging Face chat template: each turn's content is
-  // stripped of leading/trailing ASCII whitespace; a leading system message
-  // becomes "{system}\n\n" at the start of the first user turn. The BOS is
-  // not part of the result (Encode adds it). Unlike the HF template, turns
-  // need not alternate (a session may submit one user turn at a time).
-  // Errors: INVALID_ARGUMENT for an unknown role, a system message that is not
-  // first, or a system message not followed by a user message;
-  // UNIMPLEMENTED when the vocabulary has no <start_of_turn>/<end_of_turn>.
+  // Renders a conversation with the model's own chat template
+  // (tokenizer.chat_template, engine/chat/chat_template.h), as Hugging Face's
+  // apply_chat_template(tokenize=False) does: bos_token/eos_token are the
+  // vocabulary's spellings, and a BOS appears exactly where the template
+  // writes one. `add_generation_prompt` appends the opening of the model's
+  // reply.
+  // Errors: FAILED_PRECONDITION when the model has no chat template or one
+  // this renderer cannot run (chat_template_status()); INVALID_ARGUMENT with
+  // the template's message when it rejects the conversation (raise_exception,
+  // e.g. roles that do not alternate).
   absl::StatusOr<std::string> ApplyChatTemplate(absl::Span<const ChatMessage> messages,
                                                 bool add_generation_prompt) const;
 
   // The ids of ApplyChatTemplate's result, with message content treated as
   // user data: control and unknown tokens come only from the template's own
-  // markup (<start_of_turn>, <end_of_turn>), so content spelling
-  // "<start_of_turn>model" cannot forge a turn; it is encoded as plain text.
-  // `parse_special_in_content` (for trusted callers) lets content spellings
-  // become their ids too, i.e. Encode(rendered, parse_special = true).
-  // User-defined tokens ("\n", runs of spaces) are split out everywhere, and
-  // text runs merge across markup/content boundaries before BPE, so for
-  // content without control/unknown spellings the ids equal
-  // Encode(ApplyChatTemplate(...), add_bos = false, parse_special = true).
-  // No BOS: the caller decides (it belongs only at the start of a context).
+  // markup, so content spelling "<|im_start|>assistant" cannot forge a turn;
+  // it is encoded as plain text. `parse_special_in_content` (for trusted
+  // callers) lets content spellings become their ids too, i.e.
+  // Encode(rendered, add_bos = false, parse_special = true). User-defined
+  // tokens are split out everywhere, and text runs merge across
+  // markup/content boundaries before BPE, so for content without
+  // control/unknown spellings the ids equal that Encode call.
   // Errors: those of ApplyChatTemplate.
   absl::StatusOr<std::vector<int32_t>> EncodeChat(absl::Span<const ChatMessage> messages,
                                                   bool add_generation_prompt,
                                                   bool parse_special_in_content) const;
+
+  // OK when chat turns can be rendered; else FAILED_PRECONDITION saying why
+  // (no template in the file, or a construct the renderer does not support).
+  absl::Status chat_template_status() const;
+  const std::string& chat_template() const;  // the template's source ("" = none)
 
   int32_t vocab_size() const;
   int32_t bos_id() const;

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/chat/chat_template.h"
 #include "engine/tokenizer/special_token_matcher.h"
 #include "engine/tokenizer/subword_codec.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -26,8 +27,10 @@ struct Tokenizer::Impl {
   std::unique_ptr<const SubwordCodec> codec;
   SpecialTokenMatcher specials;
   std::vector<int32_t> end_of_generation;
-  int32_t start_of_turn_id = -1;
-  int32_t end_of_turn_id = -1;
+  // vocab.chat_template parsed; null when absent or unusable, and then
+  // chat_template_status says why (FAILED_PRECONDITION).
+  std::unique_ptr<const ChatTemplate> chat_template;
+  absl::Status chat_template_status;
 
   int32_t size() const { return static_cast<int32_t>(vocab.pieces.size()); }
   bool InRange(int32_t id) const { return id >= 0 && id < size(); }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -53,6 +54,43 @@ TEST(ModelLoadTest, PrefillChunkBoundsAreChecked) {
   std::vector<int32_t> too_long(kMaxPrefillChunk + 1, 5);
   EXPECT_EQ((*ctx)->Prefill(too_long, false, *ex).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*ctx)->cached_len(), 0);
+}
+
+// Rewind forgets the tail: decoding after a rewind gives byte-identical
+// logits to a context that never held the tail, through the same held plan
+// (the sliding window of the fixture is crossed on both sides of the rewind).
+TEST(ModelLoadTest, RewindThenDecodeEqualsNeverHavingTheTail) {
+  auto m = Model::Load(testing::TestDataPath("gemma3_tiny_swa.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto ex = CreateCpuExecutor(1);
+  const std::vector<int32_t> prompt = {2, 17, 33, 4, 58, 9, 21, 40, 7, 13};
+  const std::vector<int32_t> tail = {61, 3, 45, 12, 30, 8};
+  const std::vector<int32_t> after = {5, 19, 27};
+  auto decode_all = [&](DecodeContext& ctx, const std::vector<int32_t>& tokens) {
+    std::vector<float> last;
+    for (int32_t t : tokens) {
+      auto logits = ctx.Decode(t, *ex);
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      if (!logits.ok()) return last;
+      last.assign(logits->begin(), logits->end());
+    }
+    return last;
+  };
+  auto plain = (*m)->NewContext(64);
+  auto rewound = (*m)->NewContext(64);
+  ASSERT_TRUE(plain.ok() && rewound.ok());
+  ASSERT_TRUE((*plain)->Prefill(prompt, false, *ex).ok());
+  const std::vector<float> expected = decode_all(**plain, after);
+
+  ASSERT_TRUE((*rewound)->Prefill(prompt, false, *ex).ok());
+  decode_all(**rewound, tail);  // the held plan is built here, over the tail
+  EXPECT_EQ((*rewound)->Rewind(static_cast<int32_t>(prompt.size()) + 7).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*rewound)->Rewind(-1).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*rewound)->Rewind(static_cast<int32_t>(prompt.size())).ok());
+  EXPECT_EQ((*rewound)->cached_len(), static_cast<int32_t>(prompt.size()));
+  const std::vector<float> got = decode_all(**rewound, after);
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)));
 }
 
 TEST(RealModelRuntimeTest, KvBytesFollowTheGeometryAndAreReleased) {

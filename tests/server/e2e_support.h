@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -192,6 +194,17 @@ inline absl::StatusOr<std::unique_ptr<DecodedServer>> StartServer(serving::Engin
   if (!engine.ok()) return engine.status();
   (*server)->AttachEngine(*std::move(engine));
   return server;
+}
+
+// Gemma 3's instruct chat template (tests/data/chat_templates/gemma3.jinja):
+// the default base-model file carries none, so servers that test chat turns on
+// it are given this one, as --chat_template would.
+inline std::string Gemma3ChatTemplate() {
+  std::ifstream in(std::string(DECODED_TEST_DATA_DIR) + "/chat_templates/gemma3.jinja", std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_FALSE(text.str().empty());
+  return text.str();
 }
 
 inline std::shared_ptr<grpc::Channel> ChannelTo(const DecodedServer& server,

@@ -78,6 +78,7 @@ class ServerE2eTest : public ::testing::Test {
 
     serving::EngineOptions eo;
     eo.model_path = testing::RealModelPath();
+    eo.chat_template = e2e::Gemma3ChatTemplate();
     eo.workers = 2;
     eo.threads_per_worker = 1;
     eo.max_sessions = kMaxSessions;
@@ -456,6 +457,7 @@ TEST(ChatContentSpecialsTest, OnlyATrustingEngineParsesSpecialsInContent) {
   for (bool trusted : {false, true}) {
     serving::EngineOptions eo;
     eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+    eo.chat_template = e2e::Gemma3ChatTemplate();
     eo.parse_special_in_chat_content = trusted;
     std::unique_ptr<DecodedServer> server = StartOwnServer(ServerOptions(), eo);
     ASSERT_NE(server, nullptr);
@@ -477,6 +479,45 @@ TEST(ChatContentSpecialsTest, OnlyATrustingEngineParsesSpecialsInContent) {
     ASSERT_TRUE(r.ended) << trusted;
     EXPECT_EQ(r.end.usage().prompt_tokens(), expected) << "trusted=" << trusted;
   }
+}
+
+// A model file without a chat template: chat turns are refused with
+// FAILED_PRECONDITION saying why, GetModelInfo reports it, and text turns on
+// the same server keep working. A template given explicitly that cannot be
+// parsed stops the engine from starting.
+TEST(ChatTemplateServingTest, ModelWithoutATemplateRefusesChatTurnsOnly) {
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  std::unique_ptr<DecodedServer> server = StartOwnServer(ServerOptions(), eo);
+  ASSERT_NE(server, nullptr);
+  auto stub = StubOf(*server);
+  grpc::ClientContext info_ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&info_ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.family(), "gemma3");
+  EXPECT_EQ(info.tokenizer(), "sentencepiece");
+  EXPECT_EQ(info.chat_template(), "");
+  EXPECT_NE(info.chat_template_error().find("no chat template"), std::string::npos) << info.chat_template_error();
+  EXPECT_FALSE(info.end_of_generation_ids().empty());
+
+  grpc::ClientContext chat_ctx;
+  auto chat = stub->Generate(&chat_ctx);
+  ASSERT_TRUE(chat->Write(ChatTurn("hello", 2)));
+  TurnResult refused = ReadTurn(chat.get());
+  EXPECT_FALSE(refused.ended);
+  grpc::Status status = chat->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find("chat"), std::string::npos) << status.error_message();
+
+  TurnResult text = e2e::Solo(*stub, e2e::TextTurn("hello", 2));
+  EXPECT_TRUE(text.ended);
+  EXPECT_EQ(text.ids.size(), 2u);
+
+  serving::EngineOptions bad = eo;
+  bad.chat_template = "{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}";
+  absl::StatusOr<std::unique_ptr<serving::Engine>> engine = serving::Engine::Create(bad);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
+  EXPECT_NE(engine.status().message().find("no_such_filter"), std::string::npos) << engine.status();
 }
 
 // general.name is file data; GetModelInfo must still reply with valid UTF-8.

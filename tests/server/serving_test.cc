@@ -109,6 +109,12 @@ class FakeContext final : public DecodeContext {
     return absl::Span<const float>(logits_);
   }
 
+  absl::Status Rewind(int32_t len) override {
+    if (len < 0 || len > cached_len()) return absl::InvalidArgumentError("bad rewind");
+    history_.resize(len);
+    return absl::OkStatus();
+  }
+
   int64_t kv_bytes() const override { return int64_t{capacity_} * 16; }  // any positive size
   int64_t bound_nodes() const override { return 0; }
 
@@ -158,6 +164,31 @@ class FakeModel final : public ServingModel {
     contexts_.push_back(ctx.get());
     return std::unique_ptr<DecodeContext>(std::move(ctx));
   }
+  // The fake chat template: BOS, then per message its role's open token,
+  // its content's letters ('a' + id) and kEndTurn; then the generation
+  // prompt kAssistant. Fails like a template's raise_exception on "!".
+  absl::StatusOr<std::vector<int32_t>> EncodeConversation(absl::Span<const ChatMessage> messages) const override {
+    {
+      absl::MutexLock l(&mu_);
+      ++conversations_encoded_;
+    }
+    std::vector<int32_t> ids = {kBos};
+    for (const ChatMessage& m : messages) {
+      if (m.content == "!") return absl::InvalidArgumentError("the template rejects \"!\"");
+      ids.push_back(m.role == "user" ? kUser : m.role == "assistant" ? kAssistant : kSystem);
+      for (char c : m.content) ids.push_back(c - 'a');
+      ids.push_back(kEndTurn);
+    }
+    ids.push_back(kAssistant);
+    return ids;
+  }
+  int32_t bos_id() const override { return kBos; }
+  int conversations_encoded() const {
+    absl::MutexLock l(&mu_);
+    return conversations_encoded_;
+  }
+  static constexpr int32_t kUser = 26, kAssistant = 27, kSystem = 28, kEndTurn = 29, kBos = 30;
+
   // The n-th context created (tags count from 0).
   FakeContext* context(int n) const {
     absl::MutexLock l(&mu_);
@@ -168,6 +199,7 @@ class FakeModel final : public ServingModel {
   FakeWorld* world_;
   mutable absl::Mutex mu_;
   mutable std::vector<FakeContext*> contexts_ ABSL_GUARDED_BY(mu_);
+  mutable int conversations_encoded_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Collects one session's events; thread-safe.
@@ -937,6 +969,129 @@ TEST_F(SchedulerTest, NonFiniteLogitsEndTheTurnWithAnError) {
   EXPECT_EQ(prefill_sink.end().reason, FinishReason::kError);
   EXPECT_TRUE(prefill_sink.ids().empty());
   EXPECT_EQ(sched->Stats().nonfinite_logits_turns, 2);
+}
+
+}  // namespace
+}  // namespace decoded::serving
+
+namespace decoded::serving {
+namespace {
+
+PreparedTurn ChatTurn(std::vector<ChatMessage> messages, int max_new_tokens) {
+  PreparedTurn t;
+  t.chat = true;
+  t.messages = std::move(messages);
+  t.stopping.max_new_tokens = max_new_tokens;
+  return t;
+}
+
+std::vector<int32_t> Rendered(const FakeModel& model, const std::vector<ChatMessage>& conversation) {
+  return *model.EncodeConversation(conversation);
+}
+
+// After each chat turn's prefill the context is, token for token, the
+// template's rendering of the whole conversation so far: the model's replies
+// (as the client received them) included, whatever the replies' own tokens
+// were (the fake's reply ids 28, 29, ... re-encode as letters 2, 3, ..., so
+// the context is rewound to the generation prompt and the reply re-fed).
+TEST_F(SchedulerTest, ChatContextIsTheRenderingOfTheWholeConversation) {
+  auto sched = MakeScheduler(1);
+  SessionId id = *sched->Open();
+  std::vector<ChatMessage> conversation = {{"system", "be"}, {"user", "hi"}};
+  RecordingSink t1;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn(conversation, 2), &t1).ok());
+  ASSERT_TRUE(t1.WaitEnd());
+  EXPECT_EQ(t1.ids(), (std::vector<int32_t>{28, 29}));
+  std::vector<int32_t> kv = Rendered(model_, conversation);
+  kv.push_back(28);  // 29, the last sampled token, is the carry (not in the KV cache)
+  EXPECT_EQ(model_.context(0)->history(), kv);
+  conversation.push_back({"assistant", t1.text()});
+  EXPECT_EQ(t1.text(), "cd");
+
+  // Prefill only: the context is then exactly the whole rendering.
+  conversation.push_back({"user", "ok"});
+  RecordingSink t2;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "ok"}}, 0), &t2).ok());
+  ASSERT_TRUE(t2.WaitEnd());
+  EXPECT_EQ(model_.context(0)->history(), Rendered(model_, conversation));
+  // cached: the tokens up to the first reply's start were reused.
+  const int32_t reused = static_cast<int32_t>(Rendered(model_, {conversation[0], conversation[1]}).size());
+  EXPECT_EQ(t2.end().usage.context_tokens, static_cast<int32_t>(Rendered(model_, conversation).size()));
+  EXPECT_EQ(t2.end().usage.cached_tokens, reused);
+
+  // A prefill-only turn leaves a user message without a reply; the next
+  // turn renders it followed by the new one.
+  conversation.push_back({"user", "go"});
+  RecordingSink t3;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "go"}}, 0), &t3).ok());
+  ASSERT_TRUE(t3.WaitEnd());
+  EXPECT_EQ(model_.context(0)->history(), Rendered(model_, conversation));
+}
+
+TEST_F(SchedulerTest, ChatTurnRefusedByTheTemplateLeavesTheSessionAsItWas) {
+  auto sched = MakeScheduler(1);
+  SessionId id = *sched->Open();
+  RecordingSink t1;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "hi"}}, 1), &t1).ok());
+  ASSERT_TRUE(t1.WaitEnd());
+  const std::vector<int32_t> before = model_.context(0)->history();
+  RecordingSink refused;
+  absl::Status s = sched->Submit(id, ChatTurn({{"user", "!"}}, 1), &refused);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(model_.context(0)->history(), before);
+  // A too-long chat turn is refused before anything is rewound.
+  RecordingSink too_long;
+  s = sched->Submit(id, ChatTurn({{"user", std::string(100, 'a')}}, 1), &too_long);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(model_.context(0)->history(), before);
+  // The conversation goes on from where it was.
+  RecordingSink t2;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "ok"}}, 0), &t2).ok());
+  ASSERT_TRUE(t2.WaitEnd());
+  EXPECT_EQ(model_.context(0)->history(),
+            Rendered(model_, {{"user", "hi"}, {"assistant", "c"}, {"user", "ok"}}));
+}
+
+// A turn cancelled during its prefill is not part of the conversation: the
+// next turn rewinds the partial prompt it left.
+TEST_F(SchedulerTest, ChatTurnCutDuringPrefillIsForgotten) {
+  auto sched = MakeScheduler(1, 8, 8, /*context_length=*/512);
+  SessionId id = *sched->Open();
+  RecordingSink t1;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "hi"}}, 1), &t1).ok());
+  ASSERT_TRUE(t1.WaitEnd());
+  // 300 letters: three prefill chunks; cancel while the first runs.
+  world_.Pause();
+  RecordingSink cut;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", std::string(300, 'b')}}, 4), &cut).ok());
+  world_.WaitStepsStarted(2);
+  ASSERT_TRUE(sched->Cancel(id).ok());
+  world_.Resume();
+  ASSERT_TRUE(cut.WaitEnd());
+  EXPECT_EQ(cut.end().reason, FinishReason::kCancelled);
+  EXPECT_GT(model_.context(0)->history().size(), 100u);  // the partial prompt is in the KV cache
+  RecordingSink t2;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "ok"}}, 0), &t2).ok());
+  ASSERT_TRUE(t2.WaitEnd());
+  EXPECT_EQ(model_.context(0)->history(),
+            Rendered(model_, {{"user", "hi"}, {"assistant", "c"}, {"user", "ok"}}));
+}
+
+// After a text or token turn the context is no conversation's rendering: chat
+// turns are then rendered on their own and appended (their BOS dropped).
+TEST_F(SchedulerTest, ChatAfterATokenTurnIsAppended) {
+  auto sched = MakeScheduler(1);
+  SessionId id = *sched->Open();
+  RecordingSink t1;
+  ASSERT_TRUE(sched->Submit(id, Turn({5, 6}, 0), &t1).ok());
+  ASSERT_TRUE(t1.WaitEnd());
+  RecordingSink t2;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "hi"}}, 0), &t2).ok());
+  ASSERT_TRUE(t2.WaitEnd());
+  std::vector<int32_t> expected = {5, 6};
+  std::vector<int32_t> chat = Rendered(model_, {{"user", "hi"}});
+  expected.insert(expected.end(), chat.begin() + 1, chat.end());
+  EXPECT_EQ(model_.context(0)->history(), expected);
 }
 
 }  // namespace

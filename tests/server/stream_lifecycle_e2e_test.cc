@@ -46,6 +46,7 @@ constexpr int kContext = 320;  // small: the ASan build prefills slowly
 serving::EngineOptions EngineOptionsForTests() {
   serving::EngineOptions eo;
   eo.model_path = decoded::testing::RealModelPath();
+  eo.chat_template = e2e::Gemma3ChatTemplate();
   eo.workers = 2;
   eo.threads_per_worker = 1;
   eo.max_sessions = kMaxSessions;
