@@ -1,6 +1,6 @@
-// The Llama-style families (llama, qwen2) through the shared driver against
-// Hugging Face transformers on tiny random-weight models (fixtures:
-// tools/make_llama_fixture.py). Logits are compared over the whole prompt
+// The Llama-style families (llama, qwen2, smollm3) through the shared driver
+// against Hugging Face transformers on tiny random-weight models (fixtures:
+// tools/make_llama_fixture.py, tools/make_phi2_smollm3_fixtures.py). Logits are compared over the whole prompt
 // (D1, all rows) and 10 decode steps (D2), teacher-forced with HF's tokens.
 // Deliberately broken variants (the other RoPE pairing; Qwen2's q/k/v biases
 // zeroed) must exceed the tolerance. D2 logits equal D1's byte for byte, both
@@ -30,9 +30,10 @@ namespace decoded {
 namespace {
 
 // Measured max |ours - HF| (printed by LogitsMatchTransformersWithinTolerance):
-// llama 1.8e-5, qwen2 4.1e-6 (f32 summation order; HF's own cached and
-// uncached llama logits differ by 1.8e-5). The broken variants miss by 3.7
-// (qwen2, other pairing or no biases) to 15.9 (llama, other pairing).
+// llama 1.8e-5, qwen2 4.1e-6, smollm3 8.5e-6 (f32 summation order; HF's own
+// cached and uncached llama logits differ by 1.8e-5). The broken variants
+// miss by 3.7 (qwen2, other pairing or no biases) to 15.9 (llama, other
+// pairing); smollm3's other pairing by 15.0.
 constexpr double kTolerance = 5e-5;
 
 using Fixture = testing::HfFixture;
@@ -121,7 +122,7 @@ TEST_P(LlamaStyleReferenceTest, DeviceOffsetAndSymbolPathsGiveIdenticalLogits) {
   drop_decode_session(ss);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaStyleReferenceTest, ::testing::Values("llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaStyleReferenceTest, ::testing::Values("llama", "qwen2", "smollm3"));
 
 // A copy of the qwen2 fixture with every q/k/v bias set to zero: the bytes of
 // each bias tensor are found in the file (random floats: unique) and cleared.
