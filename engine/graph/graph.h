@@ -59,7 +59,7 @@ enum class Op : uint8_t {
   kAddRow,       // out[r] = x[r] + b[0]                  src: x, b (f32 weight [1, x.cols])
   kSoftcap,      // out = f0 * tanh(x / f0)               src: x
   kTakeLastRow,  // out[0] = x[rows - 1]                  src: x
-  kRope,         // rotary embedding of the first rope.rot_dims of each head; src: x, cos, sin
+  kRope,         // rotary embedding of each head's first rope.rot_dims, paired per rope.pairing; src: x, cos, sin
   kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
   kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite, vwrite
 };
