@@ -72,15 +72,18 @@ absl::StatusOr<QkvWeights> BindQkv(const HParams& hp, const Weights& weights, in
   }
 
   const bool has_fused_bias = weights.Find(fused_b) != nullptr;
-  bool has_separate_bias = false;
-  for (const std::string& s : sep_b) has_separate_bias = has_separate_bias || weights.Find(s) != nullptr;
+  const std::string* separate_bias = nullptr;  // the first one present
+  for (const std::string& s : sep_b) {
+    if (separate_bias == nullptr && weights.Find(s) != nullptr) separate_bias = &s;
+  }
+  const bool has_separate_bias = separate_bias != nullptr;
   if (has_fused_bias && (!out.fused || has_separate_bias)) {
     return absl::InvalidArgumentError(absl::StrCat("model file: ", fused_b, " needs ", fused_w,
                                                    " and no separate q/k/v biases beside it"));
   }
   if (bias == QkvBias::kNone) {
     if (!has_fused_bias && !has_separate_bias) return out;
-    return absl::UnimplementedError(absl::StrCat("model file: tensor ", has_fused_bias ? fused_b : p + "attn_q.bias",
+    return absl::UnimplementedError(absl::StrCat("model file: tensor ", has_fused_bias ? fused_b : *separate_bias,
                                                  " (a q/k/v bias) is not supported by this family's layer"));
   }
   if (bias == QkvBias::kOptional && !has_fused_bias && !has_separate_bias) return out;

@@ -61,8 +61,9 @@ enum class QkvBias : uint8_t {
 };
 
 // Binds layer `layer`'s projections ("blk.<layer>."), shapes checked against
-// the keys the Dims name. INVALID_ARGUMENT for a layer holding both layouts
-// or a fused tensor whose rows are not q_dim + 2 kv_dim; NOT_FOUND naming the
+// the keys the Dims name. INVALID_ARGUMENT for a layer holding both layouts,
+// a fused tensor whose rows are not q_dim + 2 kv_dim, or a fused bias beside
+// separate weights or separate biases; NOT_FOUND naming the
 // tensor for a missing one (including one of a partial set of separate
 // biases); UNIMPLEMENTED for a bias that is not f32, or any bias under
 // QkvBias::kNone. Views of a fused tensor go to `views`.
