@@ -30,7 +30,7 @@ absl::Status ValidateTokens(const DecodeModel& model, absl::Span<const int32_t> 
 
 // Buffer sizes for the one-token step's data slots.
 size_t SlotBytes(DataSlot slot, const DecodeModel& model) {
-  const size_t half = static_cast<size_t>(model.rope_plan().head_dim() / 2);
+  const size_t half = static_cast<size_t>(model.rope_plan().rot_dims() / 2);
   const size_t nr = static_cast<size_t>(std::max(model.rope_plan().n_variants(), 1));
   switch (slot) {
     case DataSlot::kTokenIds: return sizeof(int32_t);
@@ -50,7 +50,8 @@ size_t SlotBytes(DataSlot slot, const DecodeModel& model) {
 NodeId DecodeLayerInputs::rope(NodeId x, int32_t n_heads, const std::string& name) const {
   const int32_t v = rope_plan_.variant_of(layer);
   if (v < 0) return x;
-  return graph.rope(x, data_.rope_cos, data_.rope_sin, v, n_heads, rope_plan_.head_dim(), rope_plan_.pairing(), name);
+  return graph.rope(x, data_.rope_cos, data_.rope_sin, v, n_heads, rope_plan_.head_dim(), rope_plan_.rot_dims(),
+                    rope_plan_.pairing(), name);
 }
 
 NodeId DecodeLayerInputs::attention(NodeId q, NodeId k, NodeId v, const AttentionScoring& scoring) const {
@@ -70,7 +71,7 @@ DecodeTokenNodes PersistentDecodeModel::build_decode_token_data(Graph& g, const 
                                                                 DataMode mode) const {
   DecodeTokenNodes d;
   const int64_t seq = host.seq;
-  const int64_t half = rope_plan.head_dim() / 2;
+  const int64_t half = rope_plan.rot_dims() / 2;
   const int64_t rope_rows = static_cast<int64_t>(std::max(rope_plan.n_variants(), 1)) * seq;
   const int64_t mask_rows = static_cast<int64_t>(mask_plan.n_variants()) * seq;
   d.offset_path = kv_offset_path();

@@ -29,7 +29,7 @@ enum class DataMode : uint8_t {
 // The data nodes of one step, as built by PersistentDecodeModel.
 struct DecodeTokenNodes {
   NodeId token_ids = kNoNode;  // i32 [1, seq]
-  NodeId rope_cos = kNoNode;   // f32 [n_rope_variants * seq, head_dim / 2]
+  NodeId rope_cos = kNoNode;   // f32 [n_rope_variants * seq, rot_dims / 2]
   NodeId rope_sin = kNoNode;
   NodeId mask = kNoNode;       // i32 [n_mask_variants * seq, 2]
   KvOffsetPath offset_path = KvOffsetPath::kDeviceOffset;
@@ -52,8 +52,8 @@ class DecodeLayerInputs {
   const int32_t seq;
   const NodeId x;  // residual stream entering the layer, f32 [seq, hidden]
 
-  // x [seq, n_heads * head_dim] rotated with this layer's RoPE variant;
-  // returned unchanged on a NoPE layer.
+  // x [seq, n_heads * head_dim] rotated with this layer's RoPE variant (the
+  // first RopePlan::rot_dims of each head); returned unchanged on a NoPE layer.
   NodeId rope(NodeId x, int32_t n_heads, const std::string& name) const;
 
   // How a family scores q against k: `scale` multiplies q.k (usually

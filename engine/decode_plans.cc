@@ -28,13 +28,19 @@ absl::StatusOr<MaskPlan> MaskPlan::Create(absl::Span<const int32_t> window_per_l
 }
 
 absl::StatusOr<RopePlan> RopePlan::Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim,
-                                          RopePairing pairing) {
+                                          RopePairing pairing, int32_t rot_dims) {
   if (per_layer.empty()) return absl::InvalidArgumentError("RopePlan: no layers");
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("RopePlan: head_dim ", head_dim, " must be positive and even"));
   }
+  if (rot_dims == 0) rot_dims = head_dim;
+  if (rot_dims < 2 || rot_dims > head_dim || rot_dims % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("RopePlan: rot_dims ", rot_dims,
+                                                   " must be even and in [2, head_dim = ", head_dim, "]"));
+  }
   RopePlan plan;
   plan.head_dim_ = head_dim;
+  plan.rot_dims_ = rot_dims;
   plan.pairing_ = pairing;
   for (size_t il = 0; il < per_layer.size(); ++il) {
     const RopeLayer& r = per_layer[il];
@@ -53,10 +59,11 @@ absl::StatusOr<RopePlan> RopePlan::Create(absl::Span<const RopeLayer> per_layer,
     if (v < 0) {
       v = static_cast<int32_t>(plan.variants_.size());
       plan.variants_.push_back(r);
-      // float32 as in HF's default RoPE init: 1 / base^(arange(0, d, 2) / d).
-      std::vector<float> inv(static_cast<size_t>(head_dim / 2));
-      for (int32_t i = 0; i < head_dim / 2; ++i) {
-        const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+      // float32 as in HF's default RoPE init: 1 / base^(arange(0, d, 2) / d),
+      // d the rotated dimensions.
+      std::vector<float> inv(static_cast<size_t>(rot_dims / 2));
+      for (int32_t i = 0; i < rot_dims / 2; ++i) {
+        const float expo = static_cast<float>(2 * i) / static_cast<float>(rot_dims);
         inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(r.base), expo);
       }
       plan.inv_freq_.push_back(std::move(inv));

@@ -55,9 +55,13 @@ class RopePlan {
  public:
   // INVALID_ARGUMENT naming the layer for a non-positive base or scale, or an
   // odd head_dim. `pairing` is the family's (model-scalar): which dimensions
-  // every rotating layer rotates together.
+  // every rotating layer rotates together. `rot_dims` (model-scalar too) is
+  // how many leading dimensions of each head rotate: 0 means the whole head;
+  // fewer is partial rotary (Phi-2), the frequencies then spread over
+  // rot_dims as HF's partial_rotary_factor does. INVALID_ARGUMENT unless it
+  // is even and at most head_dim.
   static absl::StatusOr<RopePlan> Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim,
-                                         RopePairing pairing = RopePairing::kNeox);
+                                         RopePairing pairing = RopePairing::kNeox, int32_t rot_dims = 0);
 
   // Distinct enabled variants (0 if every layer is NoPE).
   int32_t n_variants() const { return static_cast<int32_t>(variants_.size()); }
@@ -65,12 +69,16 @@ class RopePlan {
   int32_t variant_of(int32_t layer) const { return layer_variant_[static_cast<size_t>(layer)]; }
   const RopeLayer& variant(int32_t v) const { return variants_[static_cast<size_t>(v)]; }
   int32_t head_dim() const { return head_dim_; }
+  // Leading dimensions of each head that rotate (== head_dim unless partial);
+  // the cos/sin tables have rot_dims / 2 columns.
+  int32_t rot_dims() const { return rot_dims_; }
   RopePairing pairing() const { return pairing_; }
-  // inv_freq[i] = 1 / base^(2i / head_dim), i < head_dim / 2, for variant v.
+  // inv_freq[i] = 1 / base^(2i / rot_dims), i < rot_dims / 2, for variant v.
   const std::vector<float>& inv_freq(int32_t v) const { return inv_freq_[static_cast<size_t>(v)]; }
 
  private:
   int32_t head_dim_ = 0;
+  int32_t rot_dims_ = 0;
   RopePairing pairing_ = RopePairing::kNeox;
   std::vector<RopeLayer> variants_;
   std::vector<int32_t> layer_variant_;

@@ -21,7 +21,7 @@ absl::Status compute_decode_token_host(const MaskPlan& mask_plan, const RopePlan
                                        absl::Span<const int32_t> tokens, int32_t pos0, DecodeTokenHost* host) {
   if (tokens.empty()) return absl::InvalidArgumentError("a step needs at least one token");
   const int32_t seq = static_cast<int32_t>(tokens.size());
-  const int32_t half = rope_plan.head_dim() / 2;
+  const int32_t half = rope_plan.rot_dims() / 2;
   host->seq = seq;
   host->pos0 = pos0;
   host->kv_offset = pos0;

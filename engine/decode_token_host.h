@@ -20,8 +20,8 @@ struct DecodeTokenHost {
   int32_t seq = 0;
   int32_t pos0 = 0;                 // absolute position of the first token
   std::vector<int32_t> token_ids;   // i32 [1, seq]
-  std::vector<float> rope_cos;      // f32 [n_rope_variants * seq, head_dim / 2]
-  std::vector<float> rope_sin;      // f32 [n_rope_variants * seq, head_dim / 2]
+  std::vector<float> rope_cos;      // f32 [n_rope_variants * seq, rot_dims / 2]
+  std::vector<float> rope_sin;      // f32 [n_rope_variants * seq, rot_dims / 2]
   std::vector<int32_t> mask;        // i32 [n_mask_variants * seq, 2]: visible keys [lo, hi)
   int32_t kv_offset = 0;            // first KV row written (== pos0)
 };

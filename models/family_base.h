@@ -33,12 +33,14 @@ class FamilyBase : public DecodeModel {
 
  protected:
   // `options` may override the backend (default: CPU) and the offset path
-  // (default: the device offset).
-  FamilyBase(std::string family, std::shared_ptr<const Weights> weights, const FamilyOptions& options)
+  // (default: the family's `default_offset_path`, the device offset unless
+  // the family states otherwise).
+  FamilyBase(std::string family, std::shared_ptr<const Weights> weights, const FamilyOptions& options,
+             KvOffsetPath default_offset_path = KvOffsetPath::kDeviceOffset)
       : family_(std::move(family)),
         weights_(std::move(weights)),
         backend_(options.backend ? options.backend : &CpuBackend()),
-        offset_path_(options.kv_offset_path.value_or(KvOffsetPath::kDeviceOffset)) {}
+        offset_path_(options.kv_offset_path.value_or(default_offset_path)) {}
 
   const std::string family_;
   const std::shared_ptr<const Weights> weights_;

@@ -118,9 +118,12 @@ class LlamaStyle final : public FamilyBase {
     auto mp = MaskPlan::Create(std::vector<int32_t>(static_cast<size_t>(d.n_layers), 0));
     if (!mp.ok()) return mp.status();
     mask_plan_ = *std::move(mp);
-    auto rp = RopePlan::Create(std::vector<RopeLayer>(static_cast<size_t>(d.n_layers),
-                                                      RopeLayer{true, cfg_.rope_base, cfg_.rope_freq_scale}),
-                               d.head_dim, spec_.rope_pairing);
+    std::vector<RopeLayer> ropes;
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+      const bool rotates = spec_.rope_on_layer == nullptr || spec_.rope_on_layer(il);
+      ropes.push_back(RopeLayer{rotates, cfg_.rope_base, cfg_.rope_freq_scale});
+    }
+    auto rp = RopePlan::Create(ropes, d.head_dim, spec_.rope_pairing);
     if (!rp.ok()) return rp.status();
     rope_plan_ = *std::move(rp);
     return absl::OkStatus();
@@ -222,9 +225,11 @@ class LlamaStyle final : public FamilyBase {
       }
       layers_.push_back(lw);
     }
+    std::vector<int32_t> rope_variants;
+    for (int32_t il = 0; il < d.n_layers; ++il) rope_variants.push_back(rope_plan_.variant_of(il));
     hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, d.n_layers, d.hidden, d.n_heads,
                          d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.eps,
-                         output_ == tok_embd_);
+                         output_ == tok_embd_, rope_variants);
     return absl::OkStatus();
   }
 

@@ -3,8 +3,9 @@
 // each with RMSNorm, residual adds, final RMSNorm and a (possibly tied) output
 // projection (HF transformers models/llama/modeling_llama.py).
 //
-// A family file (models/llama.cc, models/qwen2.cc) states what differs as a
-// LlamaStyleSpec and registers a factory that calls CreateLlamaStyle.
+// A family file (models/llama.cc, models/qwen2.cc, models/smollm3.cc) states
+// what differs as a LlamaStyleSpec and registers a factory that calls
+// CreateLlamaStyle.
 #ifndef DECODED_MODELS_LLAMA_STYLE_H_
 #define DECODED_MODELS_LLAMA_STYLE_H_
 
@@ -26,6 +27,10 @@ struct LlamaStyleSpec {
   // blk.N.attn_{q,k,v}.bias: required (Qwen2) or bound when present (Llama
   // with attention_bias).
   bool qkv_bias_required = false;
+  // Which layers rotate q and k: null means every layer; otherwise a layer
+  // for which it returns false is a NoPE layer (its RopePlan entry does no
+  // rotation). SmolLM3: every 4th layer.
+  bool (*rope_on_layer)(int32_t layer) = nullptr;
 };
 
 // Reads the hyper-parameters of `spec.arch`, binds and shape-checks every

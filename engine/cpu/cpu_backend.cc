@@ -182,6 +182,11 @@ class CpuPlan final : public CompiledPlan {
         cpu::RmsNormRows(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows,
                          n.cols, graph_.node(n.src[1]).cols, n.scalar, ith, nth);
         break;
+      case Op::kLayerNorm:
+        cpu::LayerNormRows(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]),
+                           n.src.size() > 2 ? static_cast<const float*>(s.src[2]) : nullptr, s.out, n.rows, n.cols,
+                           graph_.node(n.src[1]).cols, n.scalar, ith, nth);
+        break;
       case Op::kQuantize: {
         const size_t rb = quant::ActivationRowBytes(n.act_for, n.cols);
         int64_t b, e;
@@ -210,6 +215,9 @@ class CpuPlan final : public CompiledPlan {
       case Op::kGeluMul:
         cpu::GeluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
         break;
+      case Op::kGelu:
+        cpu::Gelu(static_cast<const float*>(s.src[0]), s.out, count, ith, nth);
+        break;
       case Op::kSwiGlu:
         cpu::SiluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
         break;
@@ -227,15 +235,15 @@ class CpuPlan final : public CompiledPlan {
         break;
       case Op::kRope: {
         const RopeAttrs& a = n.rope;
-        const int64_t half = a.head_dim / 2;
+        const int64_t half = a.rot_dims / 2;
         const int64_t row0 = static_cast<int64_t>(a.variant) * n.rows;
         const auto* x = static_cast<const float*>(s.src[0]);
         const float* cos = static_cast<const float*>(s.src[1]) + row0 * half;
         const float* sin = static_cast<const float*>(s.src[2]) + row0 * half;
         if (a.pairing == RopePairing::kAdjacent) {
-          cpu::RopeAdjacent(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, ith, nth);
+          cpu::RopeAdjacent(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, a.rot_dims, ith, nth);
         } else {
-          cpu::RopeNeox(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, ith, nth);
+          cpu::RopeNeox(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, a.rot_dims, ith, nth);
         }
         break;
       }

@@ -18,6 +18,38 @@ inline void ElementShare(int64_t n, int ith, int nth, int64_t* b, int64_t* e) {
   }
   Share(n, ith, nth, b, e);
 }
+
+// The share of `items` items of `item_size` elements each: split like
+// ElementShare by total size, but never inside an item.
+inline void ItemShare(int64_t items, int64_t item_size, int ith, int nth, int64_t* b, int64_t* e) {
+  if (items * item_size < kMinSplit) {
+    *b = 0;
+    *e = ith == 0 ? items : 0;
+    return;
+  }
+  Share(items, ith, nth, b, e);
+}
+
+inline float GeluTanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+// Sum in 16 independent lanes, as DotF32.
+float SumF32(const float* a, int64_t n) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l];
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i];
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  }
+  return acc[0] + tail;
+}
 }  // namespace
 
 float DotF32(const float* a, const float* b, int64_t n) {
@@ -56,15 +88,37 @@ void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64
   }
 }
 
+void LayerNormRows(const float* x, const float* w, const float* b, float* out, int64_t rows, int64_t cols,
+                   int64_t group, float eps, int ith, int nth) {
+  int64_t gb, ge;
+  ItemShare(rows * (cols / group), group, ith, nth, &gb, &ge);
+  const float inv_n = 1.0f / static_cast<float>(group);
+  for (int64_t g = gb; g < ge; ++g) {
+    const float* xs = x + g * group;
+    float* o = out + g * group;
+    const float mean = SumF32(xs, group) * inv_n;
+    for (int64_t i = 0; i < group; ++i) o[i] = xs[i] - mean;
+    // Two passes (centre, then square) as torch does: no cancellation in
+    // E[x^2] - E[x]^2 for rows far from zero mean.
+    const float r = 1.0f / std::sqrt(DotF32(o, o, group) * inv_n + eps);
+    if (b != nullptr) {
+      for (int64_t i = 0; i < group; ++i) o[i] = o[i] * r * w[i] + b[i];
+    } else {
+      for (int64_t i = 0; i < group; ++i) o[i] = o[i] * r * w[i];
+    }
+  }
+}
+
 void GeluMul(const float* a, const float* b, float* out, int64_t n, int ith, int nth) {
   int64_t s, e;
   ElementShare(n, ith, nth, &s, &e);
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = s; i < e; ++i) {
-    const float x = a[i];
-    const float g = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-    out[i] = g * b[i];
-  }
+  for (int64_t i = s; i < e; ++i) out[i] = GeluTanh(a[i]) * b[i];
+}
+
+void Gelu(const float* x, float* out, int64_t n, int ith, int nth) {
+  int64_t s, e;
+  ElementShare(n, ith, nth, &s, &e);
+  for (int64_t i = s; i < e; ++i) out[i] = GeluTanh(x[i]);
 }
 
 void SiluMul(const float* a, const float* b, float* out, int64_t n, int ith, int nth) {
@@ -102,16 +156,10 @@ void Softcap(const float* x, float cap, float* out, int64_t n, int ith, int nth)
 }
 
 void RopeNeox(const float* x, const float* cos, const float* sin, float* out, int64_t seq, int32_t n_heads,
-              int32_t head_dim, int ith, int nth) {
-  const int64_t items = seq * n_heads;
+              int32_t head_dim, int32_t rot_dim, int ith, int nth) {
   int64_t b, e;
-  if (items * head_dim < kMinSplit) {
-    b = 0;
-    e = ith == 0 ? items : 0;
-  } else {
-    Share(items, ith, nth, &b, &e);
-  }
-  const int32_t half = head_dim / 2;
+  ItemShare(seq * n_heads, head_dim, ith, nth, &b, &e);
+  const int32_t half = rot_dim / 2;
   for (int64_t it = b; it < e; ++it) {
     const int64_t t = it / n_heads;
     const float* xs = x + it * head_dim;
@@ -124,20 +172,15 @@ void RopeNeox(const float* x, const float* cos, const float* sin, float* out, in
       o[d] = x0 * c[d] - x1 * s[d];
       o[d + half] = x0 * s[d] + x1 * c[d];
     }
+    for (int32_t d = rot_dim; d < head_dim; ++d) o[d] = xs[d];
   }
 }
 
 void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out, int64_t seq, int32_t n_heads,
-                  int32_t head_dim, int ith, int nth) {
-  const int64_t items = seq * n_heads;
+                  int32_t head_dim, int32_t rot_dim, int ith, int nth) {
   int64_t b, e;
-  if (items * head_dim < kMinSplit) {
-    b = 0;
-    e = ith == 0 ? items : 0;
-  } else {
-    Share(items, ith, nth, &b, &e);
-  }
-  const int32_t half = head_dim / 2;
+  ItemShare(seq * n_heads, head_dim, ith, nth, &b, &e);
+  const int32_t half = rot_dim / 2;
   for (int64_t it = b; it < e; ++it) {
     const int64_t t = it / n_heads;
     const float* xs = x + it * head_dim;
@@ -150,6 +193,7 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
       o[2 * i] = x0 * c[i] - x1 * s[i];
       o[2 * i + 1] = x0 * s[i] + x1 * c[i];
     }
+    for (int32_t d = rot_dim; d < head_dim; ++d) o[d] = xs[d];
   }
 }
 

@@ -23,9 +23,20 @@ float DotF32(const float* a, const float* b, int64_t n);
 void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64_t cols,
                  int64_t group, float eps, int ith, int nth);
 
+// x, out [rows, cols]; w, b [group] (b may be null: no bias); each group of
+// `group` elements normalized to zero mean and unit (biased) variance:
+// out = (x - mean) * rsqrt(var + eps) * w + b. (Ba et al. 2016, LayerNorm;
+// torch.nn.LayerNorm.)
+void LayerNormRows(const float* x, const float* w, const float* b, float* out, int64_t rows, int64_t cols,
+                   int64_t group, float eps, int ith, int nth);
+
 // gelu_tanh(a) * b: GELU with the tanh approximation (Hendrycks & Gimpel 2016),
 // as HF's "gelu_pytorch_tanh".
 void GeluMul(const float* a, const float* b, float* out, int64_t n, int ith, int nth);
+
+// gelu_tanh(x) alone: HF's "gelu_new" (Phi, GPT-2) and "gelu_pytorch_tanh",
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+void Gelu(const float* x, float* out, int64_t n, int ith, int nth);
 
 // silu(a) * b with silu(x) = x * sigmoid(x): the SwiGLU FFN (Shazeer 2020),
 // as HF's LlamaMLP act_fn "silu".
@@ -38,15 +49,18 @@ void Add(const float* a, const float* b, float* out, int64_t n, int ith, int nth
 void Scale(const float* x, float s, float* out, int64_t n, int ith, int nth);
 void Softcap(const float* x, float cap, float* out, int64_t n, int ith, int nth);
 
-// Rotary embedding (Su et al. 2021, RoFormer), NeoX/HF "rotate_half" pairing:
-// element d pairs with d + head_dim/2. x, out [seq, n_heads * head_dim];
-// cos, sin [seq, head_dim / 2] (already offset to the variant's rows).
+// Rotary embedding (Su et al. 2021, RoFormer) of the first `rot_dim` dimensions
+// of every head; dimensions [rot_dim, head_dim) pass through unchanged
+// (partial rotary, e.g. Phi-2; rot_dim == head_dim rotates the whole head).
+// NeoX/HF "rotate_half" pairing: within the rotated dimensions, element d
+// pairs with d + rot_dim/2 and uses frequency d. x, out [seq, n_heads *
+// head_dim]; cos, sin [seq, rot_dim / 2] (already offset to the variant's rows).
 void RopeNeox(const float* x, const float* cos, const float* sin, float* out, int64_t seq,
-              int32_t n_heads, int32_t head_dim, int ith, int nth);
+              int32_t n_heads, int32_t head_dim, int32_t rot_dim, int ith, int nth);
 // The same rotation with RoFormer's adjacent pairing: element 2i pairs with
 // 2i + 1 and uses frequency i (llama.cpp's LLAMA_ROPE_TYPE_NORM).
 void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out, int64_t seq,
-                  int32_t n_heads, int32_t head_dim, int ith, int nth);
+                  int32_t n_heads, int32_t head_dim, int32_t rot_dim, int ith, int nth);
 
 // Scaled dot-product attention (Vaswani et al. 2017) for query rows [seq]
 // against cache rows [lo_i, hi_i) given by `bounds` ([seq, 2] i32), one-pass

@@ -11,11 +11,13 @@ const char* OpName(Op op) {
     case Op::kConst: return "const";
     case Op::kGetRows: return "get_rows";
     case Op::kRmsNorm: return "rms_norm";
+    case Op::kLayerNorm: return "layer_norm";
     case Op::kQuantize: return "quantize";
     case Op::kMatMul: return "matmul";
     case Op::kAdd: return "add";
     case Op::kScale: return "scale";
     case Op::kGeluMul: return "gelu_mul";
+    case Op::kGelu: return "gelu";
     case Op::kSwiGlu: return "swiglu";
     case Op::kAddRow: return "add_row";
     case Op::kSoftcap: return "softcap";
@@ -95,6 +97,14 @@ NodeId Graph::rms_norm(NodeId x, NodeId w, float eps, std::string name) {
   return push(std::move(n));
 }
 
+NodeId Graph::layer_norm(NodeId x, NodeId w, NodeId b, float eps, std::string name) {
+  std::vector<NodeId> src = {x, w};
+  if (b != kNoNode) src.push_back(b);
+  Node n = F32Node(Op::kLayerNorm, node(x).rows, node(x).cols, std::move(src), std::move(name));
+  n.scalar = eps;
+  return push(std::move(n));
+}
+
 NodeId Graph::matmul(NodeId w, NodeId x, std::string name) {
   Node q = F32Node(Op::kQuantize, node(x).rows, node(x).cols, {x}, name + ".act");
   q.act_for = node(w).dtype;
@@ -116,6 +126,10 @@ NodeId Graph::gelu_mul(NodeId gate, NodeId up, std::string name) {
   return push(F32Node(Op::kGeluMul, node(gate).rows, node(gate).cols, {gate, up}, std::move(name)));
 }
 
+NodeId Graph::gelu(NodeId x, std::string name) {
+  return push(F32Node(Op::kGelu, node(x).rows, node(x).cols, {x}, std::move(name)));
+}
+
 NodeId Graph::swiglu(NodeId gate, NodeId up, std::string name) {
   return push(F32Node(Op::kSwiGlu, node(gate).rows, node(gate).cols, {gate, up}, std::move(name)));
 }
@@ -135,9 +149,9 @@ NodeId Graph::take_last_row(NodeId x, std::string name) {
 }
 
 NodeId Graph::rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
-                   int32_t head_dim, RopePairing pairing, std::string name) {
+                   int32_t head_dim, int32_t rot_dims, RopePairing pairing, std::string name) {
   Node n = F32Node(Op::kRope, node(x).rows, node(x).cols, {x, cos, sin}, std::move(name));
-  n.rope = {n_heads, head_dim, variant, pairing};
+  n.rope = {n_heads, head_dim, variant, pairing, rot_dims};
   return push(std::move(n));
 }
 

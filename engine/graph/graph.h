@@ -48,16 +48,18 @@ enum class Op : uint8_t {
   kConst,        // per-token data baked into the graph (D1)
   kGetRows,      // out[i] = dequant(table[ids[i]])       src: table(weight), ids(i32 [1, n])
   kRmsNorm,      // out = x * rsqrt(mean(x^2) + eps) * w  per group of w.cols  src: x, w
+  kLayerNorm,    // out = (x - mean) * rsqrt(var + eps) * w [+ b]  per group of w.cols  src: x, w [, b]
   kQuantize,     // x converted to the activation type of weight type `act_for`  src: x
   kMatMul,       // out[i, r] = dot(W[r], xq[i])          src: W(weight), xq(kQuantize)
   kAdd,          // out = a + b                           src: a, b (same shape)
   kScale,        // out = x * f0                          src: x
   kGeluMul,      // out = gelu_tanh(a) * b                src: a, b
+  kGelu,         // out = gelu_tanh(x)                    src: x
   kSwiGlu,       // out = silu(a) * b                     src: a, b
   kAddRow,       // out[r] = x[r] + b[0]                  src: x, b (f32 weight [1, x.cols])
   kSoftcap,      // out = f0 * tanh(x / f0)               src: x
   kTakeLastRow,  // out[0] = x[rows - 1]                  src: x
-  kRope,         // rotary embedding, pairing per Node::rope.pairing; src: x, cos, sin
+  kRope,         // rotary embedding of each head's first rope.rot_dims, paired per rope.pairing; src: x, cos, sin
   kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
   kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite, vwrite
 };
@@ -83,6 +85,7 @@ struct RopeAttrs {
   int32_t head_dim = 0;
   int32_t variant = 0;  // rows [variant * seq, (variant + 1) * seq) of the cos/sin tables
   RopePairing pairing = RopePairing::kNeox;
+  int32_t rot_dims = 0;  // the first rot_dims of each head rotate (even, <= head_dim); the rest pass through
 };
 
 struct KvWriteAttrs {
@@ -127,8 +130,8 @@ struct Node {
 // Identifies a per-token data slot of a decode step.
 enum class DataSlot : int32_t {
   kTokenIds = 0,   // i32 [1, seq]
-  kRopeCos = 1,    // f32 [n_rope_variants * seq, head_dim / 2]
-  kRopeSin = 2,    // f32 [n_rope_variants * seq, head_dim / 2]
+  kRopeCos = 1,    // f32 [n_rope_variants * seq, rot_dims / 2]
+  kRopeSin = 2,    // f32 [n_rope_variants * seq, rot_dims / 2]
   kMask = 3,       // i32 [n_mask_variants * seq, 2]: visible key range [lo, hi) per query row
   kKvOffset = 4,   // i32 [1, 1]: first KV row this step writes (device-offset path only)
   kCount = 5,
@@ -155,22 +158,28 @@ class Graph {
   // x [r, c]; w f32 weight [1, g] with c % g == 0: every group of g elements is
   // normalized on its own (g == c: whole rows; g == head_dim: per-head q/k norm).
   NodeId rms_norm(NodeId x, NodeId w, float eps, std::string name);
+  // LayerNorm over the same groups: x [r, c]; w and b f32 weights [1, g]
+  // with c % g == 0; b == kNoNode for a LayerNorm without bias.
+  NodeId layer_norm(NodeId x, NodeId w, NodeId b, float eps, std::string name);
   // x [m, k] times weight W [n, k]^T -> [m, n]. Inserts the activation
   // conversion node (shared by matmuls of the same input, see optimizer).
   NodeId matmul(NodeId w, NodeId x, std::string name);
   NodeId add(NodeId a, NodeId b, std::string name);
   NodeId scale(NodeId x, float s, std::string name);
   NodeId gelu_mul(NodeId gate, NodeId up, std::string name);
+  // gelu_tanh(x) (HF "gelu_new" / "gelu_pytorch_tanh"): an ungated GELU FFN.
+  NodeId gelu(NodeId x, std::string name);
   // silu(gate) * up, silu(x) = x / (1 + e^-x): the SwiGLU FFN (Shazeer 2020).
   NodeId swiglu(NodeId gate, NodeId up, std::string name);
   // x [r, c] plus the f32 weight row `bias` [1, c] added to every row.
   NodeId add_row(NodeId x, NodeId bias, std::string name);
   NodeId softcap(NodeId x, float cap, std::string name);
   NodeId take_last_row(NodeId x, std::string name);
-  // x [seq, n_heads * head_dim]; cos/sin [n_variants * seq, head_dim / 2];
-  // uses rows [variant * seq, (variant + 1) * seq). Attributes: Node::rope.
+  // x [seq, n_heads * head_dim]; cos/sin [n_variants * seq, rot_dims / 2];
+  // uses rows [variant * seq, (variant + 1) * seq) and rotates the first
+  // rot_dims (even, <= head_dim) of each head. Attributes: Node::rope.
   NodeId rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
-              int32_t head_dim, RopePairing pairing, std::string name);
+              int32_t head_dim, int32_t rot_dims, RopePairing pairing, std::string name);
   // Writes x [seq, n_kv_heads * head_dim] into layer `layer`'s K (is_v = false)
   // or V cache rows [offset, offset + seq). `offset` is the i32 data node for
   // the device-offset path, kNoNode for the symbol path.

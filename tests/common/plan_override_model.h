@@ -25,7 +25,8 @@ class PlanOverrideModel final : public DecodeModel {
     const RopePlan& rp = base.rope_plan();
     std::vector<RopeLayer> layers;
     for (int32_t il = 0; il < base.dims().n_layers; ++il) layers.push_back(rp.variant(1 - rp.variant_of(il)));
-    return PlanOverrideModel(base, std::nullopt, *RopePlan::Create(layers, rp.head_dim(), rp.pairing()));
+    return PlanOverrideModel(base, std::nullopt,
+                             *RopePlan::Create(layers, rp.head_dim(), rp.pairing(), rp.rot_dims()));
   }
 
   // The base model with the other RoPE pairing (NeoX <-> adjacent).
@@ -38,7 +39,23 @@ class PlanOverrideModel final : public DecodeModel {
     }
     const RopePairing other =
         rp.pairing() == RopePairing::kNeox ? RopePairing::kAdjacent : RopePairing::kNeox;
-    return PlanOverrideModel(base, std::nullopt, *RopePlan::Create(layers, rp.head_dim(), other));
+    return PlanOverrideModel(base, std::nullopt, *RopePlan::Create(layers, rp.head_dim(), other, rp.rot_dims()));
+  }
+
+  // The base model rotating whole heads (its partial rotary ignored).
+  static PlanOverrideModel FullRotary(const DecodeModel& base) {
+    const RopePlan& rp = base.rope_plan();
+    return PlanOverrideModel(base, std::nullopt,
+                             *RopePlan::Create(Layers(base), rp.head_dim(), rp.pairing(), rp.head_dim()));
+  }
+
+  // The base model with RoPE on every layer, its NoPE layers included (all
+  // with variant 0's base and scale).
+  static PlanOverrideModel RopeOnEveryLayer(const DecodeModel& base) {
+    const RopePlan& rp = base.rope_plan();
+    const std::vector<RopeLayer> layers(static_cast<size_t>(base.dims().n_layers), rp.variant(0));
+    return PlanOverrideModel(base, std::nullopt,
+                             *RopePlan::Create(layers, rp.head_dim(), rp.pairing(), rp.rot_dims()));
   }
 
   const std::string& family() const override { return base_.family(); }
@@ -55,6 +72,17 @@ class PlanOverrideModel final : public DecodeModel {
   KvOffsetPath kv_offset_path() const override { return base_.kv_offset_path(); }
 
  private:
+  // The base model's per-layer RoPE entries (NoPE layers disabled).
+  static std::vector<RopeLayer> Layers(const DecodeModel& base) {
+    const RopePlan& rp = base.rope_plan();
+    std::vector<RopeLayer> layers;
+    for (int32_t il = 0; il < base.dims().n_layers; ++il) {
+      const int32_t v = rp.variant_of(il);
+      layers.push_back(v < 0 ? RopeLayer{false, 0, 0} : rp.variant(v));
+    }
+    return layers;
+  }
+
   const DecodeModel& base_;
   std::optional<MaskPlan> mask_;
   std::optional<RopePlan> rope_;

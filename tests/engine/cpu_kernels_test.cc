@@ -1,6 +1,7 @@
-// The CPU kernels of the FFN, bias and RoPE ops against their formulas
+// The CPU kernels of the FFN, norm, bias and RoPE ops against their formulas
 // written out independently here (papers / HF modeling code), in double.
 #include <cmath>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -27,6 +28,51 @@ TEST(CpuKernelsTest, SiluMulIsSiluOfGateTimesUp) {
     const double x = a[i];
     const double want = x * (1.0 / (1.0 + std::exp(-x))) * b[i];  // HF ACT2FN["silu"](gate) * up
     ASSERT_NEAR(out[i], want, 1e-5 * (1.0 + std::abs(want))) << i;
+  }
+}
+
+// HF "gelu_new" (activations.py NewGELUActivation), used by Phi-2's MLP.
+TEST(CpuKernelsTest, GeluIsHfGeluNew) {
+  const int64_t n = 5000;
+  std::vector<float> x = Random(n, 7);
+  x[0] = 0.0f;
+  x[1] = -30.0f;
+  x[2] = 30.0f;
+  std::vector<float> out(n, -1.0f);
+  for (int ith = 0; ith < 2; ++ith) Gelu(x.data(), out.data(), n, ith, 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double inner = std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * std::pow(v, 3.0));
+    const double want = 0.5 * v * (1.0 + std::tanh(inner));
+    ASSERT_NEAR(out[i], want, 1e-5 * (1.0 + std::abs(want))) << i;
+  }
+}
+
+// torch.nn.LayerNorm: (x - E[x]) / sqrt(Var[x] + eps) * weight + bias, with
+// the biased variance, per group; rows with a large mean must not cancel.
+TEST(CpuKernelsTest, LayerNormRowsIsTorchLayerNorm) {
+  const int64_t rows = 3, cols = 2048, group = 1024;  // above the split threshold: two threads share it
+  std::vector<float> x = Random(rows * cols, 8);
+  for (int64_t i = 0; i < rows * cols; ++i) x[i] += 100.0f * static_cast<float>(i / group);
+  const std::vector<float> w = Random(group, 9), b = Random(group, 10);
+  const float eps = 1e-5f;
+  for (const bool with_bias : {true, false}) {
+    std::vector<float> out(x.size(), -1.0f);
+    for (int ith = 0; ith < 2; ++ith) {
+      LayerNormRows(x.data(), w.data(), with_bias ? b.data() : nullptr, out.data(), rows, cols, group, eps, ith, 2);
+    }
+    for (int64_t g = 0; g < rows * cols / group; ++g) {
+      const float* xs = x.data() + g * group;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < group; ++i) mean += xs[i];
+      mean /= group;
+      for (int64_t i = 0; i < group; ++i) var += (xs[i] - mean) * (xs[i] - mean);
+      var /= group;
+      for (int64_t i = 0; i < group; ++i) {
+        const double want = (xs[i] - mean) / std::sqrt(var + eps) * w[i] + (with_bias ? b[i] : 0.0);
+        ASSERT_NEAR(out[g * group + i], want, 1e-4 * (1.0 + std::abs(want))) << g << " " << i << " " << with_bias;
+      }
+    }
   }
 }
 
@@ -59,7 +105,7 @@ TEST(CpuKernelsTest, RopeAdjacentRotatesNeighbouringPairsAsRoFormer) {
   Tables(seq, hd, 10000.0, &cos, &sin);
   const std::vector<float> x = Random(seq * heads * hd, 5);
   std::vector<float> out(x.size());
-  RopeAdjacent(x.data(), cos.data(), sin.data(), out.data(), seq, heads, hd, 0, 1);
+  RopeAdjacent(x.data(), cos.data(), sin.data(), out.data(), seq, heads, hd, hd, 0, 1);
   for (int64_t t = 0; t < seq; ++t) {
     for (int32_t h = 0; h < heads; ++h) {
       const float* xs = x.data() + (t * heads + h) * hd;
@@ -89,8 +135,8 @@ TEST(CpuKernelsTest, AdjacentPairingOnConverterPermutedRowsEqualsHfRotateHalf) {
     }
   }
   std::vector<float> neox(x.size()), adjacent(x.size());
-  RopeNeox(x.data(), cos.data(), sin.data(), neox.data(), seq, heads, hd, 0, 1);
-  RopeAdjacent(permuted.data(), cos.data(), sin.data(), adjacent.data(), seq, heads, hd, 0, 1);
+  RopeNeox(x.data(), cos.data(), sin.data(), neox.data(), seq, heads, hd, hd, 0, 1);
+  RopeAdjacent(permuted.data(), cos.data(), sin.data(), adjacent.data(), seq, heads, hd, hd, 0, 1);
   for (int64_t row = 0; row < seq * heads; ++row) {
     const int64_t t = row / heads;
     for (int32_t d = 0; d < hd; ++d) {
@@ -101,6 +147,42 @@ TEST(CpuKernelsTest, AdjacentPairingOnConverterPermutedRowsEqualsHfRotateHalf) {
       const double want = x[row * hd + d] * std::cos(th) + rot * std::sin(th);
       EXPECT_NEAR(neox[row * hd + d], want, 1e-5);
       EXPECT_NEAR(adjacent[row * hd + 2 * i + d / half], want, 1e-5);
+    }
+  }
+}
+
+// HF Phi's partial rotary (modeling_phi.py PhiAttention.forward): the first
+// rotary_ndims of each head go through apply_rotary_pos_emb (rotate_half
+// within them, inv_freq over rotary_ndims), the rest are concatenated back
+// unchanged. The adjacent pairing rotates (2i, 2i + 1) of the same leading
+// dimensions (llama.cpp NORM with n_rot < head size).
+TEST(CpuKernelsTest, PartialRotaryRotatesTheLeadingDimsAndPassesTheRest) {
+  const int64_t seq = 5;
+  const int32_t heads = 3, hd = 16, rot = 6, half = rot / 2;
+  std::vector<float> cos, sin;
+  Tables(seq, rot, 1e4, &cos, &sin);  // frequencies over the rotated dims
+  const std::vector<float> x = Random(seq * heads * hd, 11);
+  std::vector<float> neox(x.size(), -1.0f), adjacent(x.size(), -1.0f);
+  RopeNeox(x.data(), cos.data(), sin.data(), neox.data(), seq, heads, hd, rot, 0, 1);
+  RopeAdjacent(x.data(), cos.data(), sin.data(), adjacent.data(), seq, heads, hd, rot, 0, 1);
+  for (int64_t row = 0; row < seq * heads; ++row) {
+    const int64_t t = row / heads;
+    const float* xs = x.data() + row * hd;
+    for (int32_t d = 0; d < hd; ++d) {
+      if (d >= rot) {  // query_pass
+        EXPECT_EQ(neox[row * hd + d], xs[d]);
+        EXPECT_EQ(adjacent[row * hd + d], xs[d]);
+        continue;
+      }
+      const int32_t i = d % half;
+      const double th = static_cast<double>(t) * std::pow(1e4, -2.0 * i / rot);
+      const double rot_half = d < half ? -xs[d + half] : xs[d - half];
+      EXPECT_NEAR(neox[row * hd + d], xs[d] * std::cos(th) + rot_half * std::sin(th), 1e-5);
+      const int32_t p = d / 2;  // adjacent: pair p = (2p, 2p + 1), frequency p
+      const double tp = static_cast<double>(t) * std::pow(1e4, -2.0 * p / rot);
+      const double want_adj = d % 2 == 0 ? xs[d] * std::cos(tp) - xs[d + 1] * std::sin(tp)
+                                         : xs[d - 1] * std::sin(tp) + xs[d] * std::cos(tp);
+      EXPECT_NEAR(adjacent[row * hd + d], want_adj, 1e-5);
     }
   }
 }

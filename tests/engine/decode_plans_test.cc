@@ -1,5 +1,7 @@
 #include "engine/decode_plans.h"
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "engine/decode_token_host.h"
@@ -55,6 +57,40 @@ TEST(RopePlanTest, RejectsBadBaseNamingTheLayer) {
   auto plan = RopePlan::Create(layers, 8);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("layer 1"), std::string::npos);
+}
+
+// HF's partial rotary (Phi: rotary_ndims = head_dim * partial_rotary_factor)
+// computes inv_freq over the rotated dimensions only: 1 / base^(2i / rot).
+TEST(RopePlanTest, PartialRotarySpreadsFrequenciesOverTheRotatedDims) {
+  std::vector<RopeLayer> layers = {{true, 1e4, 1.0}};
+  auto plan = RopePlan::Create(layers, 16, RopePairing::kNeox, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->head_dim(), 16);
+  EXPECT_EQ(plan->rot_dims(), 8);
+  ASSERT_EQ(plan->inv_freq(0).size(), 4u);
+  EXPECT_NEAR(plan->inv_freq(0)[3], 1.0 / std::pow(1e4, 6.0 / 8.0), 1e-9);
+  EXPECT_EQ(RopePlan::Create(layers, 16)->rot_dims(), 16);  // 0: the whole head
+}
+
+TEST(RopePlanTest, RotatedDimsMustBeEvenAndWithinTheHead) {
+  std::vector<RopeLayer> layers = {{true, 1e4, 1.0}};
+  for (int32_t rot : {7, 18, -2}) {
+    auto plan = RopePlan::Create(layers, 16, RopePairing::kNeox, rot);
+    ASSERT_FALSE(plan.ok()) << rot;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("rot_dims"), std::string::npos) << plan.status();
+  }
+}
+
+TEST(DecodeTokenHostTest, PartialRotaryTablesHaveRotDimsOverTwoColumns) {
+  auto rope = RopePlan::Create(std::vector<RopeLayer>{{true, 1e4, 1.0}}, 16, RopePairing::kNeox, 4);
+  auto mask = MaskPlan::Create(std::vector<int32_t>{0});
+  ASSERT_TRUE(rope.ok() && mask.ok());
+  DecodeTokenHost host;
+  ASSERT_TRUE(compute_decode_token_host(*mask, *rope, std::vector<int32_t>{1, 2, 3}, 5, &host).ok());
+  ASSERT_EQ(host.rope_cos.size(), 3u * 2u);
+  // token 2 (position 7), frequency index 1: 1e4^(-2/4).
+  EXPECT_NEAR(host.rope_sin[2 * 2 + 1], std::sin(7 * std::pow(1e4, -0.5)), 1e-6);
 }
 
 // The mask bounds against a dense reference built straight from the seed's
