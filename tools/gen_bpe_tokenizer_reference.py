@@ -246,6 +246,7 @@ DEEPSEEK_LLM_REGEXES = [
 PRETOKENIZERS = {
     "default": [r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"],
     "gpt-2": [GPT2_REGEX],
+    "phi-2": [GPT2_REGEX],  # llama.cpp: LLAMA_VOCAB_PRE_TYPE_GPT2
     "llama-bpe": [LLAMA3_REGEX],
     "qwen2": [QWEN2_REGEX],
     "smollm": [r"\p{N}", GPT2_REGEX],
@@ -455,8 +456,12 @@ def main():
     ap.add_argument("--smollm2", default=DEFAULT_SMOLLM2)
     ap.add_argument("--qwen2", default=DEFAULT_QWEN2)
     ap.add_argument("--out-dir", default=DEFAULT_OUT)
+    ap.add_argument("--pretokenizers-only", action="store_true",
+                    help="write only bpe_pretokenizer_reference.json (no model files, no llama.cpp needed)")
     args = ap.parse_args()
     write(os.path.join(args.out_dir, "bpe_pretokenizer_reference.json"), pretokenizer_reference())
+    if args.pretokenizers_only:
+        return
     for name, path, pre, out in (("smollm2", args.smollm2, "smollm", "smollm2_tokenizer_reference.json"),
                                  ("qwen2", args.qwen2, "qwen2", "qwen2_tokenizer_reference.json")):
         data = model_reference(name, path, pre)

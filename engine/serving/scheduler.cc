@@ -20,6 +20,9 @@ struct Scheduler::Session {
   // that link; chat turns after it are rendered on their own and appended.
   std::vector<ChatMessage> conversation;
   bool follows_conversation = true;
+  // Changes whenever a turn starts or ends, so a conversation rendered from
+  // a snapshot outside the lock is known to be current (or not).
+  uint64_t version = 0;
   // The current turn; null when idle. Owned here, stepped by one worker at a time.
   std::unique_ptr<TurnRunner> turn;
   TurnSink* sink = nullptr;
@@ -134,6 +137,32 @@ absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) 
   }
   if (absl::Status s = ValidateSamplingParams(turn.sampling); !s.ok()) return s;
 
+  // A chat turn on an idle session is rendered and tokenized here, outside
+  // the lock (about 0.5 us per token of the conversation); StartTurn uses it
+  // if the session has not moved on meanwhile.
+  std::optional<RenderedConversation> rendered;
+  if (turn.chat) {
+    std::vector<ChatMessage> conversation;
+    bool idle = false;
+    RenderedConversation r;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = sessions_.find(id);
+      if (it != sessions_.end() && it->second->turn == nullptr) {
+        idle = true;
+        r.version = it->second->version;
+        if (it->second->follows_conversation) conversation = it->second->conversation;
+      }
+    }
+    if (idle) {
+      conversation.insert(conversation.end(), turn.messages.begin(), turn.messages.end());
+      absl::StatusOr<std::vector<int32_t>> ids = model_->EncodeConversation(conversation);
+      if (!ids.ok()) return ids.status();
+      r.ids = *std::move(ids);
+      rendered = std::move(r);
+    }
+  }
+
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->closing || it->second->ctx == nullptr) {
@@ -152,10 +181,11 @@ absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) 
   if (not_started_ >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("the server has ", options_.max_queued, " turns queued"));
   }
-  return StartTurn(s, std::move(turn), sink, accepted);
+  return StartTurn(s, std::move(turn), sink, accepted, rendered ? &*rendered : nullptr);
 }
 
-absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted) {
+absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted,
+                                  const RenderedConversation* rendered) {
   // No step runs on ctx here: the session is idle, or its worker is past its
   // last step of the previous turn.
   int32_t context = s->context_tokens();
@@ -163,10 +193,16 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
   // rendering of the whole conversation departs from them.
   int32_t keep = context;
   if (turn.chat) {
-    std::vector<ChatMessage> conversation;
-    if (s->follows_conversation) conversation = s->conversation;
-    conversation.insert(conversation.end(), turn.messages.begin(), turn.messages.end());
-    absl::StatusOr<std::vector<int32_t>> ids = model_->EncodeConversation(conversation);
+    absl::StatusOr<std::vector<int32_t>> ids;
+    if (rendered != nullptr && rendered->version == s->version) {
+      ids = rendered->ids;
+    } else {
+      // A turn held behind a cancelled one: the conversation grew since.
+      std::vector<ChatMessage> conversation;
+      if (s->follows_conversation) conversation = s->conversation;
+      conversation.insert(conversation.end(), turn.messages.begin(), turn.messages.end());
+      ids = model_->EncodeConversation(conversation);
+    }
     if (!ids.ok()) return ids.status();
     if (ids->empty()) return absl::FailedPreconditionError("the chat template rendered nothing");
     if (s->follows_conversation) {
@@ -211,6 +247,7 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
     s->follows_conversation = false;
     s->conversation.clear();
   }
+  ++s->version;
   s->turn = std::make_unique<TurnRunner>(*model_, std::move(turn), std::move(s->carry), context, accepted);
   s->carry.clear();
   s->sink = sink;
@@ -321,6 +358,7 @@ EngineStats Scheduler::Stats() const {
 }
 
 void Scheduler::RecordTurn(Session* s, const TurnRunner& turn) {
+  ++s->version;
   turn.AppendContextTokens(s->history);
   if (!turn.turn().chat || !s->follows_conversation) return;
   // A turn whose prompt was cut short (cancel or shutdown during prefill) is

@@ -33,6 +33,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -100,6 +101,12 @@ class Scheduler {
 
   void WorkerLoop();
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A chat turn's whole conversation tokenized before the lock was taken,
+  // valid while the session's version is unchanged.
+  struct RenderedConversation {
+    uint64_t version = 0;
+    std::vector<int32_t> ids;
+  };
   // Queues `s` at the back when it has a step to run and is neither queued
   // nor held by a worker.
   void MaybeEnqueue(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -107,8 +114,8 @@ class Scheduler {
   // running turn. A chat turn's prompt is derived here: the whole
   // conversation is rendered and tokenized, the context is rewound to the
   // longest prefix it shares with that, and the rest becomes the prompt.
-  absl::Status StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartTurn(Session* s, PreparedTurn turn, TurnSink* sink, Clock::time_point accepted,
+                         const RenderedConversation* rendered = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an ended turn in its session: the context tokens it added, and
   // for a chat turn its messages and the model's reply (the text the client
   // received) in the session's conversation.

@@ -48,6 +48,7 @@ const std::vector<Spec>& Specs() {
   static const std::vector<Spec> specs = {
       {"default", {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}, false},
       {"gpt-2", {kGpt2}, false},
+      {"phi-2", {kGpt2}, false},  // Phi-2's files name GPT-2's pre-tokenizer so (llama.cpp: GPT2)
       {"llama-bpe", {kLlama3}, true},
       {"glm4", {kLlama3}, true},
       {"qwen2", {kQwen2}, false},

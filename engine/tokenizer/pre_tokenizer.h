@@ -14,7 +14,7 @@
 // Supported names (refused otherwise, naming them):
 //   default       llama.cpp's fallback for old files:
 //                 [\p{P}$+<=>^~|]+, the GPT-2 regex, \p{N}+, [0-9][0-9][0-9]
-//   gpt-2         's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
+//   gpt-2, phi-2  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 //   llama-bpe     Llama 3 (cl100k): contractions, [^\r\n\p{L}\p{N}]?\p{L}+,
 //                 \p{N}{1,3}, punctuation runs with trailing newlines,
 //                 newline runs, \s+(?!\S), \s+; whole-word pieces skip BPE

@@ -1077,6 +1077,34 @@ TEST_F(SchedulerTest, ChatTurnCutDuringPrefillIsForgotten) {
             Rendered(model_, {{"user", "hi"}, {"assistant", "c"}, {"user", "ok"}}));
 }
 
+// A chat turn on an idle session is rendered once (outside the scheduler's
+// lock); one held behind a cancelled turn is rendered when it starts, so the
+// cancelled turn's reply (what the client received of it) is part of it.
+TEST_F(SchedulerTest, HeldChatTurnRendersTheConversationAsItIsWhenItStarts) {
+  auto sched = MakeScheduler(1);
+  SessionId id = *sched->Open();
+  RecordingSink t1;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "hi"}}, 1), &t1).ok());
+  ASSERT_TRUE(t1.WaitEnd());
+  EXPECT_EQ(model_.conversations_encoded(), 1);
+
+  world_.Pause();
+  RecordingSink cancelled;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "ok"}}, 20), &cancelled).ok());
+  world_.WaitStepsStarted(2);  // its prefill runs (and samples a token)
+  ASSERT_TRUE(sched->Cancel(id).ok());
+  RecordingSink held;
+  ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "go"}}, 0), &held).ok());
+  world_.Resume();
+  ASSERT_TRUE(cancelled.WaitEnd() && held.WaitEnd());
+  EXPECT_EQ(cancelled.end().reason, FinishReason::kCancelled);
+  ASSERT_EQ(cancelled.ids().size(), 1u);
+  EXPECT_EQ(held.end().reason, FinishReason::kLength);
+  EXPECT_EQ(model_.context(0)->history(),
+            Rendered(model_, {{"user", "hi"}, {"assistant", "c"}, {"user", "ok"}, {"assistant", cancelled.text()},
+                              {"user", "go"}}));
+}
+
 // After a text or token turn the context is no conversation's rendering: chat
 // turns are then rendered on their own and appended (their BOS dropped).
 TEST_F(SchedulerTest, ChatAfterATokenTurnIsAppended) {

@@ -50,10 +50,20 @@ TEST(PreTokenizerTest, SplitsMatchHfTokenizers) {
 }
 
 TEST(PreTokenizerTest, SupportsTheNamesOfTheFamiliesWeServe) {
-  const std::vector<std::string_view> expected = {"default", "gpt-2",  "llama-bpe",   "glm4",
+  const std::vector<std::string_view> expected = {"default", "gpt-2",  "phi-2",       "llama-bpe", "glm4",
                                                   "qwen2",   "smollm", "deepseek-llm"};
   const absl::Span<const std::string_view> names = PreTokenizer::SupportedNames();
   EXPECT_EQ(std::vector<std::string_view>(names.begin(), names.end()), expected);
+}
+
+// Phi-2's GGUF files name GPT-2's split "phi-2" (llama.cpp maps it to GPT2).
+TEST(PreTokenizerTest, Phi2SplitsAsGpt2) {
+  auto phi2 = PreTokenizer::Create("phi-2");
+  auto gpt2 = PreTokenizer::Create("gpt-2");
+  ASSERT_TRUE(phi2.ok() && gpt2.ok());
+  for (const char* text : {"Hello world, it's 2024!", "  def f(x):\n\treturn x  ", "\xE4\xB8\xAD\xE6\x96\x87 ok"}) {
+    EXPECT_EQ(Split(**phi2, text), Split(**gpt2, text)) << text;
+  }
 }
 
 TEST(PreTokenizerTest, UnknownNameIsRefusedNamingItAndTheSupportedOnes) {
