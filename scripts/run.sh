@@ -42,8 +42,8 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 if ((chat)); then
-  printf '%s\n' "$prompt" | build/client/decoded-cli --server "$listen" --chat --max_new_tokens 128 \
-    --temperature 0.7 --top_p 0.9 --seed 7
+  # Greedy: these small instruction-tuned models drift under sampling.
+  printf '%s\n' "$prompt" | build/client/decoded-cli --server "$listen" --chat --max_new_tokens 128 --temperature 0
 else
   # Seeded sampling (reproducible): the base 270M model loops under pure greedy decoding.
   build/client/decoded-cli --server "$listen" --prompt "$prompt" --max_new_tokens 64 \
