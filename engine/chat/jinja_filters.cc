@@ -276,10 +276,9 @@ absl::StatusOr<Value> FilterTruncate(Env&, const Value& v, const CallArgs& args)
   if (v.is_undefined()) return v;
   if (!v.is_string()) return TypeError(absl::StrCat("object of type '", TypeName(v), "' has no len()"));
   const TaintedString& s = v.string();
-  const std::vector<size_t> offsets = CodePointOffsets(s.bytes());
-  const int64_t len = static_cast<int64_t>(offsets.size()) - 1;
+  const int64_t len = static_cast<int64_t>(CodePointCount(s.bytes()));
   if (len <= *length + leeway) return v;
-  TaintedString head = s.Substr(0, offsets[static_cast<size_t>(*length - end_len)]);
+  TaintedString head = s.Substr(0, ByteOffsetOf(s.bytes(), static_cast<size_t>(*length - end_len)));
   if (!*killwords) {
     const size_t space = head.bytes().rfind(' ');
     if (space != std::string::npos) head = head.Substr(0, space);
@@ -540,11 +539,14 @@ absl::StatusOr<Value> FilterReverse(Env& env, const Value& v, const CallArgs& ar
   absl::StatusOr<BoundArgs> a = BoundArgs::Bind("reverse", args, {});
   if (!a.ok()) return a.status();
   if (v.is_string()) {
-    std::vector<size_t> offsets = CodePointOffsets(v.string().bytes());
+    const std::string& bytes = v.string().bytes();
     std::string out;
-    out.reserve(v.string().size());
-    for (size_t i = offsets.size() - 1; i > 0; --i) {
-      out.append(v.string().bytes(), offsets[i - 1], offsets[i] - offsets[i - 1]);
+    out.reserve(bytes.size());
+    for (size_t end = bytes.size(); end > 0;) {
+      size_t start = end;
+      DecodeUtf8Before(bytes, &start);
+      out.append(bytes, start, end - start);
+      end = start;
     }
     return Value::String(TaintedString::Derived(std::move(out), v.string().has_data()), v.html_safe());
   }

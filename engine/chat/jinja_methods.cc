@@ -57,6 +57,14 @@ absl::StatusOr<std::optional<int64_t>> OptionalIndex(const BoundArgs& a, size_t 
   return std::optional<int64_t>(v->int_value());
 }
 
+// Code points [lo, hi) of `s` (empty when hi <= lo).
+std::string_view CodePointRange(std::string_view s, int64_t lo, int64_t hi) {
+  if (hi <= lo) return {};
+  const size_t begin = ByteOffsetOf(s, static_cast<size_t>(lo));
+  const size_t end = begin + ByteOffsetOf(s.substr(begin), static_cast<size_t>(hi - lo));
+  return s.substr(begin, end - begin);
+}
+
 absl::StatusOr<TaintedString> StringArg(const Value* v, std::string_view method) {
   if (v == nullptr || !v->is_string()) {
     return TypeError(absl::StrCat(Sv(method), "() argument must be str, not ", v ? TypeName(*v) : "nothing"));
@@ -128,11 +136,9 @@ absl::StatusOr<Value> AffixTest(const Value& self, const CallArgs& args, bool pr
   absl::StatusOr<std::optional<int64_t>> end = OptionalIndex(*a, 2);
   if (!end.ok()) return end.status();
   const std::string& s = self.string().bytes();
-  const std::vector<size_t> offsets = CodePointOffsets(s);
   int64_t lo, hi;
-  if (!ResolveRange(*start, *end, static_cast<int64_t>(offsets.size()) - 1, &lo, &hi)) return Value::Bool(false);
-  const std::string_view range =
-      lo <= hi ? std::string_view(s).substr(offsets[lo], offsets[hi] - offsets[lo]) : std::string_view();
+  if (!ResolveRange(*start, *end, static_cast<int64_t>(CodePointCount(s)), &lo, &hi)) return Value::Bool(false);
+  const std::string_view range = CodePointRange(s, lo, hi);
   std::vector<Value> candidates;
   const Value& arg = *a->Get(0);
   if (arg.is_string()) {
@@ -221,26 +227,22 @@ absl::StatusOr<Value> Find(const Value& self, const CallArgs& args, FindMode mod
   absl::StatusOr<std::optional<int64_t>> end = OptionalIndex(*a, 2);
   if (!end.ok()) return end.status();
   const std::string& s = self.string().bytes();
-  const std::vector<size_t> offsets = CodePointOffsets(s);
   int64_t lo = 0, hi = 0;
-  const bool valid = ResolveRange(*start, *end, static_cast<int64_t>(offsets.size()) - 1, &lo, &hi) && lo <= hi;
+  const bool valid = ResolveRange(*start, *end, static_cast<int64_t>(CodePointCount(s)), &lo, &hi) && lo <= hi;
   const std::string& needle = sub->bytes();
+  const std::string_view hay = valid ? CodePointRange(s, lo, hi) : std::string_view();
   if (mode == FindMode::kCount) {
     if (!valid) return Value::Int(0);
     if (needle.empty()) return Value::Int(hi - lo + 1);
-    const std::string_view hay = std::string_view(s).substr(offsets[lo], offsets[hi] - offsets[lo]);
     int64_t n = 0;
     for (size_t p = hay.find(needle); p != std::string_view::npos; p = hay.find(needle, p + needle.size())) ++n;
     return Value::Int(n);
   }
   int64_t found = -1;
   if (valid) {
-    const std::string_view hay = std::string_view(s).substr(offsets[lo], offsets[hi] - offsets[lo]);
     const bool reverse = mode == FindMode::kRFind || mode == FindMode::kRIndex;
     const size_t p = reverse ? hay.rfind(needle) : hay.find(needle);
-    if (p != std::string_view::npos) {
-      found = std::lower_bound(offsets.begin(), offsets.end(), offsets[lo] + p) - offsets.begin();
-    }
+    if (p != std::string_view::npos) found = lo + static_cast<int64_t>(CodePointCount(hay.substr(0, p)));
   }
   if (found < 0 && (mode == FindMode::kIndex || mode == FindMode::kRIndex)) return TypeError("substring not found");
   return Value::Int(found);

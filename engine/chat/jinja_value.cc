@@ -49,6 +49,23 @@ std::optional<std::string> HashKey(const Value& v, int depth = 0) {
   }
 }
 
+bool IsHashable(const Value& v, int depth = 0) {
+  if (depth > Limits::kMaxValueDepth) return false;
+  switch (v.kind()) {
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kString:
+      return true;
+    case Kind::kTuple:
+      return std::all_of(v.items().begin(), v.items().end(),
+                         [&](const Value& item) { return IsHashable(item, depth + 1); });
+    default:
+      return false;
+  }
+}
+
 bool EqualsAt(const Value& a, const Value& b, int depth);
 
 bool SequenceEquals(const std::vector<Value>& a, const std::vector<Value>& b, int depth) {
@@ -129,6 +146,10 @@ absl::Status NoStr(const Value& v) {
 
 absl::Status ReprAt(const Value& v, int depth, std::string* out) {
   if (depth > Limits::kMaxValueDepth) return TooDeep();
+  if (out->size() > Limits::kMaxStringBytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("repr() longer than the limit of ", Limits::kMaxStringBytes, " bytes"));
+  }
   switch (v.kind()) {
     case Kind::kUndefined:
       out->append("Undefined");
@@ -403,7 +424,15 @@ const void* Value::identity() const {
       data_);
 }
 
+const Value* Dict::FindLinear(const Value& key) const {
+  for (const auto& [k, v] : entries_) {
+    if (Equals(k, key)) return &v;
+  }
+  return nullptr;
+}
+
 const Value* Dict::Find(const Value& key) const {
+  if (entries_.size() <= kIndexAt) return FindLinear(key);
   std::optional<std::string> k = HashKey(key);
   if (!k) return nullptr;
   auto it = index_.find(*k);
@@ -411,11 +440,35 @@ const Value* Dict::Find(const Value& key) const {
   return &entries_[it->second].second;
 }
 
+const Value* Dict::FindString(std::string_view key) const {
+  if (entries_.size() <= kIndexAt) {
+    for (const auto& [k, v] : entries_) {
+      if (k.is_string() && k.string().bytes() == key) return &v;
+    }
+    return nullptr;
+  }
+  return Find(Value::Markup(std::string(key)));
+}
+
 absl::Status Dict::Set(Value key, Value value) {
-  std::optional<std::string> k = HashKey(key);
-  if (!k) {
+  if (!IsHashable(key)) {
     return absl::FailedPreconditionError(absl::StrCat("unhashable type: '", TypeName(key), "'"));
   }
+  if (entries_.size() < kIndexAt) {
+    for (auto& entry : entries_) {
+      if (Equals(entry.first, key)) {
+        entry.second = std::move(value);
+        return absl::OkStatus();
+      }
+    }
+    entries_.emplace_back(std::move(key), std::move(value));
+    return absl::OkStatus();
+  }
+  if (index_.empty()) {
+    for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(*HashKey(entries_[i].first), i);
+  }
+  std::optional<std::string> k = HashKey(key);
+  if (!k) return TooDeep();
   auto [it, inserted] = index_.try_emplace(*k, entries_.size());
   if (inserted) {
     entries_.emplace_back(std::move(key), std::move(value));
@@ -700,11 +753,18 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
     }
     case Kind::kString: {
       const TaintedString& s = v.string();
+      const size_t count = CodePointCount(s.bytes());
+      if (count > Limits::kMaxContainerItems) {
+        return absl::FailedPreconditionError(absl::StrCat("iterating a string of ", count,
+                                                          " characters exceeds the limit of ",
+                                                          Limits::kMaxContainerItems, " items"));
+      }
       std::vector<Value> out;
-      const std::vector<size_t> offsets = CodePointOffsets(s.bytes());
-      out.reserve(offsets.size() - 1);
-      for (size_t i = 0; i + 1 < offsets.size(); ++i) {
-        out.push_back(Value::String(s.Substr(offsets[i], offsets[i + 1])));
+      out.reserve(count);
+      for (size_t pos = 0; pos < s.size();) {
+        const size_t start = pos;
+        DecodeUtf8At(s.bytes(), &pos);
+        out.push_back(Value::String(s.Substr(start, pos)));
       }
       return out;
     }

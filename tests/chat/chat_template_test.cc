@@ -146,6 +146,18 @@ TEST(ChatTemplateReferenceTest, RealTemplatesRenderByteForByteLikeJinja2) {
   std::cout << templates << " templates, " << equal << "/" << total << " cases equal to jinja2\n";
 }
 
+TEST(ChatTemplateReferenceTest, RealTemplatesOutsideTheSubsetAreUnimplementedAtParse) {
+  const nlohmann::json& ref = Reference();
+  ASSERT_FALSE(ref.is_discarded());
+  ASSERT_FALSE(ref["unsupported_templates"].empty());
+  for (const auto& t : ref["unsupported_templates"]) {
+    const absl::StatusOr<ChatTemplate> tpl = ChatTemplate::Parse(ReadTemplate(t["file"].get<std::string>()));
+    ASSERT_FALSE(tpl.ok()) << t["name"];
+    EXPECT_EQ(tpl.status().code(), absl::StatusCode::kUnimplemented) << tpl.status();
+    EXPECT_NE(tpl.status().message().find(t["unimplemented"].get<std::string>()), std::string::npos) << tpl.status();
+  }
+}
+
 TEST(ChatTemplateReferenceTest, MicroTemplatesRenderByteForByteLikeJinja2) {
   const nlohmann::json& ref = Reference();
   ASSERT_FALSE(ref.is_discarded());
@@ -301,12 +313,12 @@ TEST(ChatTemplateErrorTest, ParseErrorsNameLineAndColumn) {
   ExpectParseError("{% set 1 = 2 %}", kInvalidArgument, "can't assign");
   ExpectParseError("{% macro m(a=1, b) %}{% endmacro %}", kInvalidArgument, "non-default argument");
   ExpectParseError(std::string("{{ 'a\xff' }}"), kInvalidArgument, "line 1, column 6: the template is not valid UTF-8");
-  ExpectParseError("{{ " + std::string(200, '(') + "1" + std::string(200, ')') + " }}", kInvalidArgument,
-                   "nesting deeper than 64 levels");
+  ExpectParseError("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", kInvalidArgument,
+                   "nesting deeper than 128 levels");
   std::string deep_ifs;
-  for (int i = 0; i < 100; ++i) deep_ifs += "{% if true %}";
-  for (int i = 0; i < 100; ++i) deep_ifs += "{% endif %}";
-  ExpectParseError(deep_ifs, kInvalidArgument, "nesting deeper than 64 levels");
+  for (int i = 0; i < 200; ++i) deep_ifs += "{% if true %}";
+  for (int i = 0; i < 200; ++i) deep_ifs += "{% endif %}";
+  ExpectParseError(deep_ifs, kInvalidArgument, "nesting deeper than 128 levels");
 }
 
 TEST(ChatTemplateErrorTest, UnsupportedConstructsAreUnimplementedAtParse) {
@@ -392,6 +404,10 @@ TEST(ChatTemplateLimitsTest, InfiniteMacroRecursionFailsCleanly) {
   ExpectBoundedFailure("{% macro f() %}{% for x in [1] %}{% if true %}{{ (f()) }}{% endif %}{% endfor %}{% endmacro %}"
                        "{{ f() }}",
                        "nested deeper");
+  // Deep expressions inside deep recursion: the interpreter's depth bound trips before the stack runs out.
+  std::string deep = "f(n + 1)";
+  for (int i = 0; i < 50; ++i) deep = "(1 + " + deep + ")";
+  ExpectBoundedFailure("{% macro f(n) %}{{ " + deep + " }}{% endmacro %}{{ f(0) }}", "nested deeper");
 }
 
 TEST(ChatTemplateLimitsTest, HugeLoopsFailCleanly) {
@@ -410,6 +426,16 @@ TEST(ChatTemplateLimitsTest, HugeStringsFailCleanly) {
                        "exceeds the limit");
   ExpectBoundedFailure("{{ ('ab' * 1000000).replace('a', 'a' * 1000) }}", "exceeds the limit");
   ExpectBoundedFailure("{{ 10**100 }}", "integer overflow");
+}
+
+TEST(ChatTemplateLimitsTest, LargeOperandsAreChargedByTheirSize) {
+  // Each step scans 60 MB: the work budget counts bytes touched, not just steps.
+  ExpectBoundedFailure("{% set s = 'x' * 60000000 %}{% for i in range(100000) %}{{ 'y' in s }}{% endfor %}",
+                       "work limit");
+  ExpectBoundedFailure("{% set s = 'x' * 60000000 %}{% for i in range(100000) %}{{ s[-1] }}{% endfor %}",
+                       "work limit");
+  ExpectBoundedFailure("{{ ('x' * 60000000)|list|length }}", "exceeds the limit");
+  ExpectBoundedFailure("{% set s = 'x' * 1000 %}{{ [s] * 1000000 }}", "longer than the limit");
 }
 
 TEST(ChatTemplateLimitsTest, DeepValuesFailCleanly) {
