@@ -365,6 +365,9 @@ MICRO_TEMPLATES = [
     ("misc_namespace_repr", "{% set ns = namespace(a=1, b='x') %}{{ ns }}"),
     ("misc_undefined_ops", "[{{ nothing ~ 'x' }}][{{ nothing|string }}][{{ nothing|trim }}][{{ nothing|list }}]"
                            "[{{ nothing|first }}][{{ (nothing or 'dflt') }}][{{ nothing is sequence }}]"),
+    ("misc_markup_values", "{{ ('a b'|safe).split() }} {{ ('x'|safe, 'y') }} {{ ('<x>'|safe).strip() }} "
+                           "{{ ('a'|safe).partition('a') }} {{ ['b', 'a']|truncate(5) }} {{ range(5).index(3) }} "
+                           "{{ range(5).count(9) }} {{ [missing, missing]|unique|list|length }}"),
     ("misc_loop_in_macro", "{% macro show(items) %}{% for i in items %}{{ loop.index }}{{ i }}{% endfor %}{% endmacro %}"
                            "{% for m in messages %}{{ show([m.role]) }}{{ loop.index }};{% endfor %}"),
     # ---- evaluation errors (FAILED_PRECONDITION on the C++ side, with the same message) ----
@@ -396,6 +399,11 @@ MICRO_TEMPLATES = [
     ("err_not_callable", "{{ messages() }}"),
     ("err_undefined_add", "{{ missing + 'x' }}"),
     ("err_raise_nonstring", "{{ raise_exception(42) }}"),
+    ("err_int_of_undefined", "{{ missing|int }}"),
+    ("err_float_of_undefined", "{{ missing|float }}"),
+    ("err_slice_number", "{% set n = messages|length %}{{ n[1:] }}"),
+    ("err_slice_dict", "{% set d = messages[0] %}{{ d[1:] }}"),
+    ("err_dictsort_undefined", "{{ missing|dictsort }}"),
     # ---- whole-template idioms from real chat templates ----
     ("idiom_chatml", "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                      "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"

@@ -31,16 +31,40 @@ class BoundMethod : public Callable {
 
   std::string Describe() const override { return absl::StrCat("method ", TypeName(self_), ".", name_); }
 
+  // Markup's methods HTML-escape their string arguments; escaping changes nothing without & < > " '.
+  static bool EscapingChangesAny(const CallArgs& args) {
+    auto changes = [](const Value& v) {
+      return v.is_string() && !v.html_safe() && v.string().bytes().find_first_of("&<>\"'") != std::string::npos;
+    };
+    for (const Value& v : args.positional) {
+      if (changes(v)) return true;
+    }
+    for (const auto& [name, v] : args.keywords) {
+      if (changes(v)) return true;
+    }
+    return false;
+  }
+
   absl::StatusOr<Value> Call(Env& env, CallArgs args) const override {
     if (method_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(TypeName(self_), ".", name_, "() is not supported"));
     }
-    if (self_.is_string() && self_.html_safe() && !method_->markup_ok) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("Markup.", name_, "() (a method on a string marked safe) is not supported"));
+    if (self_.is_string() && self_.html_safe() && !method_->markup_ok && EscapingChangesAny(args)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Markup.", name_, "() with arguments holding HTML special characters (a method on a string marked safe) "
+          "is not supported"));
     }
     absl::StatusOr<Value> r = method_->fn(env, self_, args);
-    if (r.ok() && r->is_string() && self_.html_safe()) return Value::String(r->string(), true);
+    if (!r.ok() || !self_.is_string() || !self_.html_safe()) return r;
+    // Markup's methods return Markup (a list or tuple of Markup for split and partition).
+    if (r->is_string()) return Value::String(r->string(), true);
+    if (r->is_list_or_tuple()) {
+      std::vector<Value> items;
+      for (const Value& item : r->items()) {
+        items.push_back(item.is_string() ? Value::String(item.string(), true) : item);
+      }
+      return r->kind() == Kind::kList ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
+    }
     return r;
   }
 
@@ -707,6 +731,7 @@ const MethodTable* TableFor(Kind kind) {
     case Kind::kList:
       return &ListMethods();
     case Kind::kTuple:
+    case Kind::kRange:
       return &TupleMethods();
     case Kind::kLoop:
       return &LoopMethods();

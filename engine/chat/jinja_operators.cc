@@ -119,9 +119,9 @@ absl::StatusOr<Value> Multiply(const Value& a, const Value& b, Budget& budget) {
   const bool b_seq = b.is_string() || b.is_list_or_tuple();
   if (a_seq && b.is_integral()) return Repeat(a, b.int_value(), budget);
   if (b_seq && a.is_integral()) return Repeat(b, a.int_value(), budget);
-  if (a_seq && b.kind() == Kind::kFloat) {
+  if (a_seq || b_seq) {
     return absl::FailedPreconditionError(
-        absl::StrCat("can't multiply sequence by non-int of type '", TypeName(b), "'"));
+        absl::StrCat("can't multiply sequence by non-int of type '", TypeName(a_seq ? b : a), "'"));
   }
   return Unsupported("*", a, b);
 }
@@ -311,7 +311,7 @@ absl::StatusOr<Value> Arithmetic(std::string_view op, const Value& a, const Valu
     if (ints) {
       const int64_t x = a.int_value();
       const int64_t y = b.int_value();
-      if (y == 0) return ZeroDivision("integer division or modulo by zero");
+      if (y == 0) return ZeroDivision(op == "%" ? "integer modulo by zero" : "integer division or modulo by zero");
       if (x == std::numeric_limits<int64_t>::min() && y == -1) {
         if (op == "%") return Value::Int(0);
         return Overflow();
@@ -417,9 +417,9 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
     }
     case Kind::kDict:
     case Kind::kDictKeys: {
-      if (!item.is_number() && !item.is_string() && !item.is_none() && item.kind() != Kind::kTuple) {
-        return absl::FailedPreconditionError(absl::StrCat("unhashable type: '", TypeName(item), "'"));
-      }
+      const bool hashable = item.is_undefined() || item.is_number() || item.is_string() || item.is_none() ||
+                            item.kind() == Kind::kTuple;
+      if (!hashable) return absl::FailedPreconditionError(absl::StrCat("unhashable type: '", TypeName(item), "'"));
       return container.dict().Find(item) != nullptr;
     }
     default:
@@ -543,7 +543,9 @@ absl::StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value
     }
     return obj.kind() == Kind::kList ? Value::List(std::move(out)) : Value::Tuple(std::move(out));
   }
-  return Value::Undefined(absl::StrCat(ObjectTypeRepr(obj), " has no element slice(...)"));
+  // Jinja compiles `x[a:b]` as a plain Python subscription (no fallback to Undefined).
+  if (obj.kind() == Kind::kDict) return absl::FailedPreconditionError("unhashable type: 'slice'");
+  return absl::FailedPreconditionError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
 }
 
 }  // namespace decoded::jinja

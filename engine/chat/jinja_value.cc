@@ -20,6 +20,8 @@ absl::Status TooDeep() {
 std::optional<std::string> HashKey(const Value& v, int depth = 0) {
   if (depth > Limits::kMaxValueDepth) return std::nullopt;
   switch (v.kind()) {
+    case Kind::kUndefined:  // Jinja's Undefined hashes by type and equals every Undefined
+      return std::string("U");
     case Kind::kNone:
       return std::string("N");
     case Kind::kBool:
@@ -52,6 +54,7 @@ std::optional<std::string> HashKey(const Value& v, int depth = 0) {
 bool IsHashable(const Value& v, int depth = 0) {
   if (depth > Limits::kMaxValueDepth) return false;
   switch (v.kind()) {
+    case Kind::kUndefined:
     case Kind::kNone:
     case Kind::kBool:
     case Kind::kInt:
@@ -167,7 +170,11 @@ absl::Status ReprAt(const Value& v, int depth, std::string* out) {
       out->append(FloatRepr(v.float_value()));
       return absl::OkStatus();
     case Kind::kString:
-      out->append(StringRepr(v.string().bytes()));
+      if (v.html_safe()) {
+        absl::StrAppend(out, "Markup(", StringRepr(v.string().bytes()), ")");
+      } else {
+        out->append(StringRepr(v.string().bytes()));
+      }
       return absl::OkStatus();
     case Kind::kList: {
       out->push_back('[');
@@ -505,7 +512,7 @@ const char* TypeName(const Value& v) {
     case Kind::kFloat:
       return "float";
     case Kind::kString:
-      return "str";
+      return v.html_safe() ? "Markup" : "str";
     case Kind::kList:
       return "list";
     case Kind::kTuple:
