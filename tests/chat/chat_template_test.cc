@@ -4,11 +4,13 @@
 #include "engine/chat/chat_template.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -384,6 +386,27 @@ TEST(ChatTemplateTest, CopiesShareTheParsedTemplateAndRenderAlike) {
   EXPECT_EQ(RenderSimple(copy, messages)->text, RenderSimple(moved, messages)->text);
 }
 
+TEST(ChatTemplateTest, ConcurrentRendersOfOneTemplateAgree) {
+  const absl::StatusOr<ChatTemplate> tpl = ChatTemplate::Parse(ReadTemplate("qwen3.jinja"));
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  const std::vector<ChatMessage> messages = {
+      {"system", "s"}, {"user", "héllo"}, {"assistant", "<think>\nx\n</think>\n\ny"}, {"user", "again"}};
+  const absl::StatusOr<ChatTemplate::Output> expected = RenderSimple(*tpl, messages);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        const absl::StatusOr<ChatTemplate::Output> out = RenderSimple(*tpl, messages);
+        if (!out.ok() || out->text != expected->text || out->data != expected->data) ++mismatches;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
 // ---- hostile templates ----
 
 // Renders and expects a clean FAILED_PRECONDITION naming `what`, within `seconds` of wall time.
@@ -489,7 +512,7 @@ TEST(ChatTemplateFuzzTest, RandomTemplateTextNeverCrashes) {
   std::uniform_int_distribution<size_t> pick(0, std::size(kPieces) - 1);
   std::uniform_int_distribution<int> len(1, 40);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (int iter = 0; iter < 3000; ++iter) {
+  for (int iter = 0; iter < 5000; ++iter) {
     std::string s;
     const int n = len(rng);
     for (int i = 0; i < n; ++i) {
@@ -509,7 +532,7 @@ TEST(ChatTemplateFuzzTest, MutatedRealTemplatesNeverCrash) {
   std::mt19937 rng(777);
   for (const auto& t : ref["templates"]) {
     const std::string source = ReadTemplate(t["file"].get<std::string>());
-    for (int iter = 0; iter < 60; ++iter) {
+    for (int iter = 0; iter < 150; ++iter) {
       std::string s = source;
       const int edits = 1 + static_cast<int>(rng() % 4);
       for (int e = 0; e < edits && !s.empty(); ++e) {
