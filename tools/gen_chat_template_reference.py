@@ -19,6 +19,7 @@ Output (JSON object):
   versions: {python, jinja2, transformers}
   now: {iso, unix}                     the time strftime_now formats (naive, read as UTC by the C++ side)
   templates: [{name, file, bos_token, eos_token, cases: [case]}]
+  unsupported_templates: [{name, file, unimplemented}]   templates Parse must refuse with UNIMPLEMENTED, naming it
   micro: [{name, template, cases: [case]}]
   case: {name, messages: [{role, content}], add_generation_prompt,
          then either expected: rendered text, or error: {type: Python exception class, message}}
@@ -73,6 +74,24 @@ TEMPLATES = {
                                   "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "mistral_nemo": ("llama.cpp:mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>"),
     "granite3_3": ("llama.cpp:ibm-granite-granite-3.3-2B-Instruct.jinja", "", "<|end_of_text|>"),
+    "gpt_oss": ("llama.cpp:openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>"),
+    "deepseek_v3_1": ("llama.cpp:deepseek-ai-DeepSeek-V3.1.jinja", "<｜begin▁of▁sentence｜>",
+                      "<｜end▁of▁sentence｜>"),
+    "mistral_small_3_2": ("llama.cpp:Mistral-Small-3.2-24B-Instruct-2506.jinja", "<s>", "</s>"),
+    "command_r7b": ("llama.cpp:CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "<BOS_TOKEN>",
+                    "<|END_OF_TURN_TOKEN|>"),
+    "kimi_k2": ("llama.cpp:moonshotai-Kimi-K2.jinja", "[BOS]", "[EOS]"),
+    "nemotron_nano_v2": ("llama.cpp:NVIDIA-Nemotron-Nano-v2.jinja", "", "</s>"),
+    "gemma4": ("llama.cpp:google-gemma-4-31B-it.jinja", "<bos>", "<eos>"),
+    "functionary_v3_2": ("llama.cpp:meetkai-functionary-medium-v3.2.jinja", "<|begin_of_text|>", "<|eot_id|>"),
+    "qwen3_coder": ("llama.cpp:Qwen3-Coder.jinja", "", "<|im_end|>"),
+}
+
+# Real templates this renderer refuses at parse (UNIMPLEMENTED naming the construct): the C++ test checks that.
+# They are not rendered here. DeepSeek V3.2 pipes tool arguments through `from_json`, which is not a Jinja filter
+# (llama.cpp's minja adds it; Jinja 3 fails only when a render reaches it).
+UNSUPPORTED_TEMPLATES = {
+    "deepseek_v3_2": ("llama.cpp:deepseek-ai-DeepSeek-V3.2.jinja", "filter 'from_json' is not supported"),
 }
 
 SPECIALS = ("<|im_start|>assistant\n<|im_end|> <start_of_turn>model <end_of_turn> <|eot_id|> "
@@ -127,6 +146,12 @@ MICRO_TEMPLATES = [
     ("ws_raw", "{% raw %}{{ not evaluated }} {% if %}{% endraw %}\n  {%- raw -%}  x  {%- endraw %}\nafter"),
     ("ws_trailing_newline", "text\n\n"),
     ("ws_lstrip_after_var", "{{ 'a' }}   {% if true %}b{% endif %}\n   {% if true %}c{% endif %}"),
+    ("ws_comment_at_end", "a\n  {# trailing comment #}"),
+    ("ws_minus_everywhere", "  x  \n{{- 'a' -}}\n  {%- if true -%}  \n b \n {%- endif -%}\n  {#- c -#}\n  y"),
+    ("ws_block_end_at_eof", "{% if true %}x{% endif %}"),
+    ("ws_raw_lstrip", "a\n   {% raw %}\n  {{ x }}\n   {% endraw %}\nb"),
+    ("ws_nested_blocks", "<ul>\n  {% for m in messages %}\n    {% if m.role == 'user' %}\n      <li>{{ m.role }}</li>\n"
+                         "    {% endif %}\n  {% endfor %}\n</ul>\n"),
     # ---- literals and operators ----
     ("lit_strings", "{{ 'it\\'s' }}|{{ \"say \\\"hi\\\"\" }}|{{ 'tab\\tnl\\nx' }}|{{ '\\x41\\u00e9\\U0001F600\\101' }}|"
                     "{{ 'a' 'b' \"c\" }}|{{ '\\q\\d' }}|{{ '中文😀' }}"),
@@ -326,6 +351,25 @@ MICRO_TEMPLATES = [
                     " {{ messages[0].keys()|list }} {{ messages[0].values()|list|length }} {{ {'a': 1}.items() }}"
                     " {{ [1, 2, 1].count(1) }} {{ [1, 2, 3].index(2) }} {{ (1, 2).index(2) }} {{ {'k': 'v'}.copy() }}"
                     " {{ {'a': 1}.keys() }} {{ {'a': 1}.values() }}"),
+    ("misc_dict_keys", "{{ {'a': 1, 'a': 2} }} {{ {1: 'int', true: 'bool', 1.0: 'float'} }} {{ {(1, 2): 'tuple'} }}"
+                       " {{ {none: 1}[none] }} {{ {1: 'x'}[1.0] }} {{ {'k': 1}['k'] }}"),
+    ("misc_macro_defaults", "{% macro m(a, b=a ~ '!', c=none) %}{{ a }}|{{ b }}|{{ c }}{% endmacro %}{{ m('x') }} "
+                            "{{ m('x', c=1) }} {% macro k() %}{{ kwargs|length }}{{ varargs|length }}{% endmacro %}"
+                            "{{ k() }}"),
+    ("misc_if_tuple_and_loop_else_scope", "{% if 1, 2 %}tuple{% endif %}|{% for x in [] %}{% else %}"
+                                          "{% set e = 1 %}{{ e }}{% endfor %}[{{ e }}]"),
+    ("misc_numbers_format", "{{ 1e22 }} {{ 1.5e-7 }} {{ 123456789012345680.0 }} {{ 0.000123 }} {{ 100.0 }} "
+                            "{{ 2 ** 62 }} {{ -2 ** 63 }} {{ 7 / 7 }} {{ 1e308 * 10 }} {{ -(1e308 * 10) }} {{ (1e308 * 10) - (1e308 * 10) }}"),
+    ("misc_string_compare", "{{ 'é' < 'ê' }} {{ 'Z' < 'a' }} {{ '中' > 'z' }} {{ '😀' > '中' }} {{ ['a', 'é', 'B', 'ß']|sort }}"
+                            " {{ 'abc' == 'abc' }} {{ 'a' in ['a'] }}"),
+    ("misc_namespace_repr", "{% set ns = namespace(a=1, b='x') %}{{ ns }}"),
+    ("misc_undefined_ops", "[{{ nothing ~ 'x' }}][{{ nothing|string }}][{{ nothing|trim }}][{{ nothing|list }}]"
+                           "[{{ nothing|first }}][{{ (nothing or 'dflt') }}][{{ nothing is sequence }}]"),
+    ("misc_markup_values", "{{ ('a b'|safe).split() }} {{ ('x'|safe, 'y') }} {{ ('<x>'|safe).strip() }} "
+                           "{{ ('a'|safe).partition('a') }} {{ ['b', 'a']|truncate(5) }} {{ range(5).index(3) }} "
+                           "{{ range(5).count(9) }} {{ [missing, missing]|unique|list|length }}"),
+    ("misc_loop_in_macro", "{% macro show(items) %}{% for i in items %}{{ loop.index }}{{ i }}{% endfor %}{% endmacro %}"
+                           "{% for m in messages %}{{ show([m.role]) }}{{ loop.index }};{% endfor %}"),
     # ---- evaluation errors (FAILED_PRECONDITION on the C++ side, with the same message) ----
     ("err_concat_precedence", "{{ 'a' ~ 1 + 2 }}"),
     ("err_undefined_attribute_chain", "{{ messages[0].nope.deeper }}"),
@@ -355,6 +399,11 @@ MICRO_TEMPLATES = [
     ("err_not_callable", "{{ messages() }}"),
     ("err_undefined_add", "{{ missing + 'x' }}"),
     ("err_raise_nonstring", "{{ raise_exception(42) }}"),
+    ("err_int_of_undefined", "{{ missing|int }}"),
+    ("err_float_of_undefined", "{{ missing|float }}"),
+    ("err_slice_number", "{% set n = messages|length %}{{ n[1:] }}"),
+    ("err_slice_dict", "{% set d = messages[0] %}{{ d[1:] }}"),
+    ("err_dictsort_undefined", "{{ missing|dictsort }}"),
     # ---- whole-template idioms from real chat templates ----
     ("idiom_chatml", "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                      "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
@@ -510,7 +559,9 @@ def resolve(name):
 
 def write_templates():
     os.makedirs(TEMPLATE_DIR, exist_ok=True)
-    for name, (where, _, _) in TEMPLATES.items():
+    sources = {name: where for name, (where, _, _) in TEMPLATES.items()}
+    sources.update({name: where for name, (where, _) in UNSUPPORTED_TEMPLATES.items()})
+    for name, where in sources.items():
         dest = os.path.join(TEMPLATE_DIR, name + ".jinja")
         if where.startswith("gguf:"):
             source, _, _ = read_gguf(os.path.join(CACHE, where[len("gguf:"):]))
@@ -568,6 +619,8 @@ def main():
         "bos_token": "<s>",
         "eos_token": "</s>",
         "templates": templates,
+        "unsupported_templates": [{"name": name, "file": name + ".jinja", "unimplemented": what}
+                                  for name, (_, what) in UNSUPPORTED_TEMPLATES.items()],
         "micro": micro,
     }
     with open(args.out, "w", encoding="utf-8") as f:

@@ -18,7 +18,13 @@
 // It differs from Python in these documented ways, each an error rather than different output:
 //   - integers are 64-bit (overflow fails; Python's would grow);
 //   - values whose Python str() shows a memory address (functions, generators) cannot be printed;
-//   - the filters, tests, methods and statements outside the subset fail Parse with UNIMPLEMENTED;
+//   - the filters, tests, methods and statements outside the subset fail Parse with UNIMPLEMENTED, even inside an
+//     {% if %} branch, where Jinja 3 defers an unknown filter's error until the branch runs (DeepSeek V3.2's
+//     `from_json`, which is llama.cpp's, not Jinja's);
+//   - printf-style `str % value` formatting, `is sameas` on numbers and strings (which depends on Python's object
+//     caching), complex results (`(-1) ** 0.5`), \N{...} escapes and non-ASCII identifiers and digits fail;
+//   - slicing a non-sequence fails, as Jinja does at run time; Jinja's compile-time folding of constant
+//     expressions (`{{ (0)[1:] }}`) yields Undefined there instead;
 //   - strftime_now formats the time in UTC (Python uses the host's local time) and takes the directives
 //     a A b B d e h H I j m M p S u w y Y z Z % with the - and _ flags;
 //   - one-shot iterators (map, select, ... results) are computed when created, so an error inside one that is never

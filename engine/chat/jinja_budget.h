@@ -21,7 +21,7 @@ struct Limits {
   static constexpr int kMaxValueDepth = 64;        // lists/dicts nested in each other
   static constexpr int kMaxCallDepth = 64;         // macro calls in progress
   static constexpr int kMaxEvalDepth = 1000;       // interpreter recursion (nested expressions, statements, calls)
-  static constexpr uint64_t kMaxWork = uint64_t{1} << 24;
+  static constexpr uint64_t kMaxWork = uint64_t{1} << 25;
   static constexpr uint64_t kBytesPerWorkUnit = 64;
 };
 

@@ -287,6 +287,7 @@ class Interpreter {
 
   absl::Status ExecFor(const Stmt& s, const FramePtr& frame) {
     JINJA_ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, frame));
+    JINJA_RETURN_IF_ERROR(ChargeOperand(iterable));
     JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(iterable));
     if (s.condition) {
       std::vector<Value> kept;
@@ -356,6 +357,33 @@ class Interpreter {
     return r;
   }
 
+  // Operations on a value cost time in proportion to its size (a substring search, a comparison, a copy), so each
+  // operand is charged by size as well as the node that uses it.
+  absl::Status ChargeOperand(const Value& v) {
+    switch (v.kind()) {
+      case Kind::kString:
+        return budget_.ChargeString(v.string().size());
+      case Kind::kList:
+      case Kind::kTuple:
+      case Kind::kRange:
+      case Kind::kIterator:
+        return budget_.ChargeItems(v.items().size());
+      case Kind::kDict:
+      case Kind::kDictItems:
+      case Kind::kDictKeys:
+      case Kind::kDictValues:
+        return budget_.ChargeItems(v.dict().size());
+      default:
+        return absl::OkStatus();
+    }
+  }
+
+  absl::Status ChargeArgs(const CallArgs& args) {
+    for (const Value& v : args.positional) JINJA_RETURN_IF_ERROR(ChargeOperand(v));
+    for (const auto& [name, v] : args.keywords) JINJA_RETURN_IF_ERROR(ChargeOperand(v));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<CallArgs> EvalArgs(const Expr& e, const FramePtr& frame) {
     CallArgs args;
     for (const ExprPtr& item : e.items) {
@@ -366,6 +394,7 @@ class Interpreter {
       JINJA_ASSIGN_OR_RETURN(Value v, Eval(*k.value, frame));
       args.keywords.emplace_back(k.name, std::move(v));
     }
+    JINJA_RETURN_IF_ERROR(ChargeArgs(args));
     return args;
   }
 
@@ -420,10 +449,12 @@ class Interpreter {
       }
       case ExprKind::kGetAttr: {
         JINJA_ASSIGN_OR_RETURN(Value obj, Eval(*e.object, frame));
+        JINJA_RETURN_IF_ERROR(ChargeOperand(obj));
         return GetAttr(obj, e.name);
       }
       case ExprKind::kGetItem: {
         JINJA_ASSIGN_OR_RETURN(Value obj, Eval(*e.object, frame));
+        JINJA_RETURN_IF_ERROR(ChargeOperand(obj));
         if (e.index->kind == ExprKind::kSlice) {
           const Expr& sl = *e.index;
           Value bounds[3] = {Value::None(), Value::None(), Value::None()};
@@ -447,11 +478,13 @@ class Interpreter {
         if (e.object) {
           JINJA_ASSIGN_OR_RETURN(operand, Eval(*e.object, frame));
         }
+        JINJA_RETURN_IF_ERROR(ChargeOperand(operand));
         JINJA_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, frame));
         return e.filter(env_, operand, args);
       }
       case ExprKind::kTest: {
         JINJA_ASSIGN_OR_RETURN(Value operand, Eval(*e.object, frame));
+        JINJA_RETURN_IF_ERROR(ChargeOperand(operand));
         JINJA_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, frame));
         JINJA_ASSIGN_OR_RETURN(bool r, e.is_test(env_, operand, args));
         return Value::Bool(r);
@@ -471,6 +504,8 @@ class Interpreter {
       case ExprKind::kBinary: {
         JINJA_ASSIGN_OR_RETURN(Value a, Eval(*e.left, frame));
         JINJA_ASSIGN_OR_RETURN(Value b, Eval(*e.right, frame));
+        JINJA_RETURN_IF_ERROR(ChargeOperand(a));
+        JINJA_RETURN_IF_ERROR(ChargeOperand(b));
         return Arithmetic(e.name, a, b, budget_);
       }
       case ExprKind::kConcat: {
@@ -483,8 +518,10 @@ class Interpreter {
       }
       case ExprKind::kCompare: {
         JINJA_ASSIGN_OR_RETURN(Value left, Eval(*e.object, frame));
+        JINJA_RETURN_IF_ERROR(ChargeOperand(left));
         for (const auto& [op, operand] : e.comparisons) {
           JINJA_ASSIGN_OR_RETURN(Value right, Eval(*operand, frame));
+          JINJA_RETURN_IF_ERROR(ChargeOperand(right));
           JINJA_ASSIGN_OR_RETURN(bool r, Compare(op, left, right));
           if (!r) return Value::Bool(false);
           left = std::move(right);

@@ -273,13 +273,13 @@ absl::StatusOr<Value> FilterTruncate(Env&, const Value& v, const CallArgs& args)
   const int64_t end_len = static_cast<int64_t>(CodePointCount(*end));
   if (*length < end_len) return TypeError(absl::StrCat("expected length >= ", end_len, ", got ", *length));
   if (leeway < 0) return TypeError(absl::StrCat("expected leeway >= 0, got ", leeway));
-  if (v.is_undefined()) return v;
-  if (!v.is_string()) return TypeError(absl::StrCat("object of type '", TypeName(v), "' has no len()"));
-  const TaintedString& s = v.string();
-  const std::vector<size_t> offsets = CodePointOffsets(s.bytes());
-  const int64_t len = static_cast<int64_t>(offsets.size()) - 1;
+  JINJA_ASSIGN_OR_RETURN(const int64_t len, Length(v));
   if (len <= *length + leeway) return v;
-  TaintedString head = s.Substr(0, offsets[static_cast<size_t>(*length - end_len)]);
+  if (!v.is_string()) {
+    return absl::FailedPreconditionError(absl::StrCat("truncate of a ", TypeName(v), " is not supported"));
+  }
+  const TaintedString& s = v.string();
+  TaintedString head = s.Substr(0, ByteOffsetOf(s.bytes(), static_cast<size_t>(*length - end_len)));
   if (!*killwords) {
     const size_t space = head.bytes().rfind(' ');
     if (space != std::string::npos) head = head.Substr(0, space);
@@ -307,10 +307,23 @@ absl::StatusOr<Value> FilterWordCount(Env&, const Value& v, const CallArgs& args
 
 // ---- numbers ----
 
+// Python's int() and float() also read non-ASCII decimal digits ('٣' is 3); this renderer does not.
+absl::Status CheckNoUnicodeDigits(std::string_view s, const char* what) {
+  size_t p = 0;
+  while (p < s.size()) {
+    const char32_t c = DecodeUtf8At(s, &p);
+    if (c >= 0x80 && IsDigit(c)) {
+      return absl::FailedPreconditionError(absl::StrCat(what, "() of non-ASCII digits is not supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Python's float(str): surrounding whitespace, sign, digits with single underscores, inf/nan.
-std::optional<double> ParsePyFloat(std::string_view text) {
+absl::StatusOr<std::optional<double>> ParsePyFloat(std::string_view text) {
   const TaintedString t = PyStrip(TaintedString(std::string(text)), std::nullopt, StripSide::kBoth);
   std::string s = t.bytes();
+  JINJA_RETURN_IF_ERROR(CheckNoUnicodeDigits(s, "float"));
   if (s.empty() || !IsAscii(s)) return std::nullopt;
   std::string lower = PyLower(s);
   std::string_view body = lower;
@@ -341,7 +354,8 @@ std::optional<double> ParsePyFloat(std::string_view text) {
 absl::StatusOr<std::optional<int64_t>> ParsePyInt(std::string_view text, int64_t base) {
   const TaintedString t = PyStrip(TaintedString(std::string(text)), std::nullopt, StripSide::kBoth);
   std::string_view s = t.bytes();
-  if (!IsAscii(s)) return absl::FailedPreconditionError("int() of non-ASCII digits is not supported");
+  JINJA_RETURN_IF_ERROR(CheckNoUnicodeDigits(s, "int"));
+  if (!IsAscii(s)) return std::optional<int64_t>();
   bool negative = false;
   if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
     negative = s[0] == '-';
@@ -401,6 +415,7 @@ absl::StatusOr<Value> FilterInt(Env&, const Value& v, const CallArgs& args) {
   const Value fallback = a->Has(0) ? *a->Get(0) : Value::Int(0);
   absl::StatusOr<int64_t> base = a->Int(1, 10);
   if (!base.ok()) return base.status();
+  if (v.is_undefined()) return UndefinedError(v);  // Undefined.__int__ raises
   if (v.is_integral()) return Value::Int(v.int_value());
   if (v.kind() == Kind::kFloat) {
     absl::StatusOr<std::optional<int64_t>> i = FloatToInt(v.float_value());
@@ -412,7 +427,8 @@ absl::StatusOr<Value> FilterInt(Env&, const Value& v, const CallArgs& args) {
     absl::StatusOr<std::optional<int64_t>> i = ParsePyInt(v.string().bytes(), *base);
     if (!i.ok()) return i.status();
     if (*i) return Value::Int(**i);
-    if (std::optional<double> d = ParsePyFloat(v.string().bytes())) {
+    JINJA_ASSIGN_OR_RETURN(std::optional<double> d, ParsePyFloat(v.string().bytes()));
+    if (d) {
       absl::StatusOr<std::optional<int64_t>> j = FloatToInt(*d);
       if (!j.ok()) return j.status();
       if (*j) return Value::Int(**j);
@@ -425,12 +441,11 @@ absl::StatusOr<Value> FilterFloat(Env&, const Value& v, const CallArgs& args) {
   absl::StatusOr<BoundArgs> a = BoundArgs::Bind("float", args, {"default"});
   if (!a.ok()) return a.status();
   const Value fallback = a->Has(0) ? *a->Get(0) : Value::Float(0.0);
+  if (v.is_undefined()) return UndefinedError(v);  // Undefined.__float__ raises
   if (v.is_number()) return Value::Float(v.float_value());
   if (v.is_string()) {
-    if (!IsAscii(v.string().bytes())) {
-      return absl::FailedPreconditionError("float() of non-ASCII text is not supported");
-    }
-    if (std::optional<double> d = ParsePyFloat(v.string().bytes())) return Value::Float(*d);
+    JINJA_ASSIGN_OR_RETURN(std::optional<double> d, ParsePyFloat(v.string().bytes()));
+    if (d) return Value::Float(*d);
   }
   return fallback;
 }
@@ -443,7 +458,6 @@ absl::StatusOr<Value> FilterAbs(Env&, const Value& v, const CallArgs& args) {
     return Value::Int(v.int_value() < 0 ? -v.int_value() : v.int_value());
   }
   if (v.kind() == Kind::kFloat) return Value::Float(std::fabs(v.float_value()));
-  if (v.is_undefined()) return UndefinedError(v);
   return TypeError(absl::StrCat("bad operand type for abs(): '", TypeName(v), "'"));
 }
 
@@ -457,7 +471,6 @@ absl::StatusOr<Value> FilterRound(Env&, const Value& v, const CallArgs& args) {
   if (*method != "common" && *method != "ceil" && *method != "floor") {
     return TypeError("method must be common, ceil or floor");
   }
-  if (v.is_undefined()) return UndefinedError(v);
   if (!v.is_number()) return TypeError(absl::StrCat("type ", TypeName(v), " doesn't define __round__ method"));
   if (*precision < 0 || *precision > 300) {
     return absl::FailedPreconditionError("round(): precisions outside 0..300 are not supported");
@@ -540,11 +553,14 @@ absl::StatusOr<Value> FilterReverse(Env& env, const Value& v, const CallArgs& ar
   absl::StatusOr<BoundArgs> a = BoundArgs::Bind("reverse", args, {});
   if (!a.ok()) return a.status();
   if (v.is_string()) {
-    std::vector<size_t> offsets = CodePointOffsets(v.string().bytes());
+    const std::string& bytes = v.string().bytes();
     std::string out;
-    out.reserve(v.string().size());
-    for (size_t i = offsets.size() - 1; i > 0; --i) {
-      out.append(v.string().bytes(), offsets[i - 1], offsets[i] - offsets[i - 1]);
+    out.reserve(bytes.size());
+    for (size_t end = bytes.size(); end > 0;) {
+      size_t start = end;
+      DecodeUtf8Before(bytes, &start);
+      out.append(bytes, start, end - start);
+      end = start;
     }
     return Value::String(TaintedString::Derived(std::move(out), v.string().has_data()), v.html_safe());
   }
@@ -628,6 +644,7 @@ absl::StatusOr<Value> FilterDictSort(Env& env, const Value& v, const CallArgs& a
   absl::StatusOr<bool> reverse = a->Bool(2, false);
   if (!reverse.ok()) return reverse.status();
   if (*by != "key" && *by != "value") return TypeError("You can only sort by either \"key\" or \"value\"");
+  if (v.is_undefined()) return UndefinedError(v);
   if (v.kind() != Kind::kDict) return TypeError(absl::StrCat("'", TypeName(v), "' object has no attribute 'items'"));
   struct Entry {
     Value pair, key;

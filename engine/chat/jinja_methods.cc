@@ -31,16 +31,40 @@ class BoundMethod : public Callable {
 
   std::string Describe() const override { return absl::StrCat("method ", TypeName(self_), ".", name_); }
 
+  // Markup's methods HTML-escape their string arguments; escaping changes nothing without & < > " '.
+  static bool EscapingChangesAny(const CallArgs& args) {
+    auto changes = [](const Value& v) {
+      return v.is_string() && !v.html_safe() && v.string().bytes().find_first_of("&<>\"'") != std::string::npos;
+    };
+    for (const Value& v : args.positional) {
+      if (changes(v)) return true;
+    }
+    for (const auto& [name, v] : args.keywords) {
+      if (changes(v)) return true;
+    }
+    return false;
+  }
+
   absl::StatusOr<Value> Call(Env& env, CallArgs args) const override {
     if (method_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(TypeName(self_), ".", name_, "() is not supported"));
     }
-    if (self_.is_string() && self_.html_safe() && !method_->markup_ok) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("Markup.", name_, "() (a method on a string marked safe) is not supported"));
+    if (self_.is_string() && self_.html_safe() && !method_->markup_ok && EscapingChangesAny(args)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Markup.", name_, "() with arguments holding HTML special characters (a method on a string marked safe) "
+          "is not supported"));
     }
     absl::StatusOr<Value> r = method_->fn(env, self_, args);
-    if (r.ok() && r->is_string() && self_.html_safe()) return Value::String(r->string(), true);
+    if (!r.ok() || !self_.is_string() || !self_.html_safe()) return r;
+    // Markup's methods return Markup (a list or tuple of Markup for split and partition).
+    if (r->is_string()) return Value::String(r->string(), true);
+    if (r->is_list_or_tuple()) {
+      std::vector<Value> items;
+      for (const Value& item : r->items()) {
+        items.push_back(item.is_string() ? Value::String(item.string(), true) : item);
+      }
+      return r->kind() == Kind::kList ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
+    }
     return r;
   }
 
@@ -55,6 +79,14 @@ absl::StatusOr<std::optional<int64_t>> OptionalIndex(const BoundArgs& a, size_t 
   if (v == nullptr || v->is_none()) return std::optional<int64_t>();
   if (!v->is_integral()) return TypeError("slice indices must be integers or None");
   return std::optional<int64_t>(v->int_value());
+}
+
+// Code points [lo, hi) of `s` (empty when hi <= lo).
+std::string_view CodePointRange(std::string_view s, int64_t lo, int64_t hi) {
+  if (hi <= lo) return {};
+  const size_t begin = ByteOffsetOf(s, static_cast<size_t>(lo));
+  const size_t end = begin + ByteOffsetOf(s.substr(begin), static_cast<size_t>(hi - lo));
+  return s.substr(begin, end - begin);
 }
 
 absl::StatusOr<TaintedString> StringArg(const Value* v, std::string_view method) {
@@ -128,11 +160,9 @@ absl::StatusOr<Value> AffixTest(const Value& self, const CallArgs& args, bool pr
   absl::StatusOr<std::optional<int64_t>> end = OptionalIndex(*a, 2);
   if (!end.ok()) return end.status();
   const std::string& s = self.string().bytes();
-  const std::vector<size_t> offsets = CodePointOffsets(s);
   int64_t lo, hi;
-  if (!ResolveRange(*start, *end, static_cast<int64_t>(offsets.size()) - 1, &lo, &hi)) return Value::Bool(false);
-  const std::string_view range =
-      lo <= hi ? std::string_view(s).substr(offsets[lo], offsets[hi] - offsets[lo]) : std::string_view();
+  if (!ResolveRange(*start, *end, static_cast<int64_t>(CodePointCount(s)), &lo, &hi)) return Value::Bool(false);
+  const std::string_view range = CodePointRange(s, lo, hi);
   std::vector<Value> candidates;
   const Value& arg = *a->Get(0);
   if (arg.is_string()) {
@@ -221,26 +251,22 @@ absl::StatusOr<Value> Find(const Value& self, const CallArgs& args, FindMode mod
   absl::StatusOr<std::optional<int64_t>> end = OptionalIndex(*a, 2);
   if (!end.ok()) return end.status();
   const std::string& s = self.string().bytes();
-  const std::vector<size_t> offsets = CodePointOffsets(s);
   int64_t lo = 0, hi = 0;
-  const bool valid = ResolveRange(*start, *end, static_cast<int64_t>(offsets.size()) - 1, &lo, &hi) && lo <= hi;
+  const bool valid = ResolveRange(*start, *end, static_cast<int64_t>(CodePointCount(s)), &lo, &hi) && lo <= hi;
   const std::string& needle = sub->bytes();
+  const std::string_view hay = valid ? CodePointRange(s, lo, hi) : std::string_view();
   if (mode == FindMode::kCount) {
     if (!valid) return Value::Int(0);
     if (needle.empty()) return Value::Int(hi - lo + 1);
-    const std::string_view hay = std::string_view(s).substr(offsets[lo], offsets[hi] - offsets[lo]);
     int64_t n = 0;
     for (size_t p = hay.find(needle); p != std::string_view::npos; p = hay.find(needle, p + needle.size())) ++n;
     return Value::Int(n);
   }
   int64_t found = -1;
   if (valid) {
-    const std::string_view hay = std::string_view(s).substr(offsets[lo], offsets[hi] - offsets[lo]);
     const bool reverse = mode == FindMode::kRFind || mode == FindMode::kRIndex;
     const size_t p = reverse ? hay.rfind(needle) : hay.find(needle);
-    if (p != std::string_view::npos) {
-      found = std::lower_bound(offsets.begin(), offsets.end(), offsets[lo] + p) - offsets.begin();
-    }
+    if (p != std::string_view::npos) found = lo + static_cast<int64_t>(CodePointCount(hay.substr(0, p)));
   }
   if (found < 0 && (mode == FindMode::kIndex || mode == FindMode::kRIndex)) return TypeError("substring not found");
   return Value::Int(found);
@@ -705,6 +731,7 @@ const MethodTable* TableFor(Kind kind) {
     case Kind::kList:
       return &ListMethods();
     case Kind::kTuple:
+    case Kind::kRange:
       return &TupleMethods();
     case Kind::kLoop:
       return &LoopMethods();

@@ -51,6 +51,12 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t count, Budget& budget) {
     if (!s.empty() && n > Limits::kMaxStringBytes / s.size()) return budget.ChargeString(Limits::kMaxStringBytes + 1);
     absl::Status st = budget.ChargeString(s.size() * n);
     if (!st.ok()) return st;
+    if (!s.has_data()) {
+      std::string out;
+      out.reserve(s.size() * n);
+      for (size_t i = 0; i < n; ++i) out += s.bytes();
+      return Value::String(TaintedString(std::move(out)), seq.html_safe());
+    }
     TaintedString out;
     for (size_t i = 0; i < n; ++i) out.Append(s);
     return Value::String(std::move(out), seq.html_safe());
@@ -113,9 +119,9 @@ absl::StatusOr<Value> Multiply(const Value& a, const Value& b, Budget& budget) {
   const bool b_seq = b.is_string() || b.is_list_or_tuple();
   if (a_seq && b.is_integral()) return Repeat(a, b.int_value(), budget);
   if (b_seq && a.is_integral()) return Repeat(b, a.int_value(), budget);
-  if (a_seq && b.kind() == Kind::kFloat) {
+  if (a_seq || b_seq) {
     return absl::FailedPreconditionError(
-        absl::StrCat("can't multiply sequence by non-int of type '", TypeName(b), "'"));
+        absl::StrCat("can't multiply sequence by non-int of type '", TypeName(a_seq ? b : a), "'"));
   }
   return Unsupported("*", a, b);
 }
@@ -305,7 +311,7 @@ absl::StatusOr<Value> Arithmetic(std::string_view op, const Value& a, const Valu
     if (ints) {
       const int64_t x = a.int_value();
       const int64_t y = b.int_value();
-      if (y == 0) return ZeroDivision("integer division or modulo by zero");
+      if (y == 0) return ZeroDivision(op == "%" ? "integer modulo by zero" : "integer division or modulo by zero");
       if (x == std::numeric_limits<int64_t>::min() && y == -1) {
         if (op == "%") return Value::Int(0);
         return Overflow();
@@ -411,9 +417,9 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
     }
     case Kind::kDict:
     case Kind::kDictKeys: {
-      if (!item.is_number() && !item.is_string() && !item.is_none() && item.kind() != Kind::kTuple) {
-        return absl::FailedPreconditionError(absl::StrCat("unhashable type: '", TypeName(item), "'"));
-      }
+      const bool hashable = item.is_undefined() || item.is_number() || item.is_string() || item.is_none() ||
+                            item.kind() == Kind::kTuple;
+      if (!hashable) return absl::FailedPreconditionError(absl::StrCat("unhashable type: '", TypeName(item), "'"));
       return container.dict().Find(item) != nullptr;
     }
     default:
@@ -427,7 +433,7 @@ absl::StatusOr<Value> GetAttr(const Value& obj, std::string_view name) {
     case Kind::kUndefined:
       return UndefinedError(obj);
     case Kind::kNamespace: {
-      const Value* v = obj.ns().attrs().Find(Value::Markup(std::string(name)));
+      const Value* v = obj.ns().attrs().FindString(name);
       if (v != nullptr) return *v;
       return Value::Undefined(absl::StrCat("'Namespace object' has no attribute ", StringRepr(name)));
     }
@@ -442,7 +448,7 @@ absl::StatusOr<Value> GetAttr(const Value& obj, std::string_view name) {
   }
   if (std::optional<Value> method = LookupMethod(obj, name)) return *method;
   if (obj.kind() == Kind::kDict) {
-    const Value* v = obj.dict().Find(Value::Markup(std::string(name)));
+    const Value* v = obj.dict().FindString(name);
     if (v != nullptr) return *v;
   }
   return Value::Undefined(absl::StrCat("'", ObjectTypeRepr(obj), "' has no attribute ", StringRepr(name)));
@@ -458,20 +464,17 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     case Kind::kRange: {
       if (!key.is_integral()) break;
       const bool is_str = obj.is_string();
-      std::vector<size_t> offsets;
-      int64_t length;
-      if (is_str) {
-        offsets = CodePointOffsets(obj.string().bytes());
-        length = static_cast<int64_t>(offsets.size()) - 1;
-      } else {
-        length = static_cast<int64_t>(obj.items().size());
-      }
+      const int64_t length = is_str ? static_cast<int64_t>(CodePointCount(obj.string().bytes()))
+                                    : static_cast<int64_t>(obj.items().size());
       int64_t i = key.int_value();
       if (i < 0) i += length;
       if (i < 0 || i >= length) return NoElement(obj, key);
       if (is_str) {
-        return Value::String(obj.string().Substr(offsets[static_cast<size_t>(i)], offsets[static_cast<size_t>(i) + 1]),
-                             obj.html_safe());
+        const std::string& bytes = obj.string().bytes();
+        const size_t begin = ByteOffsetOf(bytes, static_cast<size_t>(i));
+        size_t end = begin;
+        DecodeUtf8At(bytes, &end);
+        return Value::String(obj.string().Substr(begin, end), obj.html_safe());
       }
       return obj.items()[static_cast<size_t>(i)];
     }
@@ -498,19 +501,28 @@ absl::StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value
   if (obj.is_undefined()) return UndefinedError(obj);
   if (obj.is_string()) {
     const TaintedString& s = obj.string();
-    const std::vector<size_t> offsets = CodePointOffsets(s.bytes());
-    absl::StatusOr<SliceBounds> b = ResolveSlice(start, stop, step, static_cast<int64_t>(offsets.size()) - 1);
+    const std::string& bytes = s.bytes();
+    absl::StatusOr<SliceBounds> b = ResolveSlice(start, stop, step, static_cast<int64_t>(CodePointCount(bytes)));
     if (!b.ok()) return b.status();
     if (b->count == 0) return Value::String(TaintedString(), obj.html_safe());
+    const size_t first = ByteOffsetOf(bytes, static_cast<size_t>(b->start));
     if (b->step == 1) {
-      return Value::String(s.Substr(offsets[static_cast<size_t>(b->start)],
-                                    offsets[static_cast<size_t>(b->start + b->count)]),
-                           obj.html_safe());
+      const size_t last = first + ByteOffsetOf(std::string_view(bytes).substr(first), static_cast<size_t>(b->count));
+      return Value::String(s.Substr(first, last), obj.html_safe());
     }
+    // Walk from the first selected code point, forward or backward, taking every |step|-th one.
     std::string out;
-    for (int64_t k = 0, i = b->start; k < b->count; ++k, i += b->step) {
-      const size_t lo = offsets[static_cast<size_t>(i)];
-      out.append(s.bytes(), lo, offsets[static_cast<size_t>(i) + 1] - lo);
+    size_t pos = first;
+    for (int64_t k = 0; k < b->count; ++k) {
+      size_t end = pos;
+      DecodeUtf8At(bytes, &end);
+      out.append(bytes, pos, end - pos);
+      if (k + 1 == b->count) break;
+      if (b->step > 0) {
+        for (int64_t j = 0; j < b->step; ++j) DecodeUtf8At(bytes, &pos);
+      } else {
+        for (int64_t j = 0; j < -b->step; ++j) DecodeUtf8Before(bytes, &pos);
+      }
     }
     absl::Status st = budget.ChargeString(out.size());
     if (!st.ok()) return st;
@@ -531,7 +543,9 @@ absl::StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value
     }
     return obj.kind() == Kind::kList ? Value::List(std::move(out)) : Value::Tuple(std::move(out));
   }
-  return Value::Undefined(absl::StrCat(ObjectTypeRepr(obj), " has no element slice(...)"));
+  // Jinja compiles `x[a:b]` as a plain Python subscription (no fallback to Undefined).
+  if (obj.kind() == Kind::kDict) return absl::FailedPreconditionError("unhashable type: 'slice'");
+  return absl::FailedPreconditionError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
 }
 
 }  // namespace decoded::jinja

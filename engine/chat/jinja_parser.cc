@@ -13,7 +13,7 @@
 namespace decoded::jinja {
 namespace {
 
-constexpr int kMaxNesting = 64;
+constexpr int kMaxNesting = 128;
 
 class Parser {
  public:

@@ -20,8 +20,9 @@
 
 namespace decoded::jinja {
 
-// INVALID_ARGUMENT "chat template line L, column C: ..." for malformed templates (including nesting deeper than
-// 64 levels, which Python would refuse with a RecursionError long before the daemon's stack could); UNIMPLEMENTED
+// INVALID_ARGUMENT "chat template line L, column C: ..." for malformed templates, and for nesting deeper than
+// 128 levels (a parenthesis costs two: expression and operand), which bounds the parser's and interpreter's
+// recursion on hostile input; real templates nest a few levels. UNIMPLEMENTED
 // "chat template line L, column C: filter 'x' is not supported" for valid Jinja outside the subset.
 absl::StatusOr<std::unique_ptr<const Template>> ParseTemplate(std::string_view source);
 

@@ -7,23 +7,6 @@
 namespace decoded::jinja {
 namespace {
 
-// The code points of `s` with their byte offsets (offsets.size() == cps.size() + 1).
-struct CodePoints {
-  std::vector<char32_t> cps;
-  std::vector<size_t> offsets;
-};
-
-CodePoints Decode(std::string_view s) {
-  CodePoints out;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    out.offsets.push_back(pos);
-    out.cps.push_back(DecodeUtf8At(s, &pos));
-  }
-  out.offsets.push_back(s.size());
-  return out;
-}
-
 bool IsLineBreak(char32_t c) {
   switch (c) {
     case '\n':
@@ -45,7 +28,6 @@ bool IsLineBreak(char32_t c) {
 }  // namespace
 
 TaintedString PyStrip(const TaintedString& s, const std::optional<std::string>& chars, StripSide side) {
-  const CodePoints d = Decode(s.bytes());
   std::vector<char32_t> set;
   if (chars) {
     size_t p = 0;
@@ -54,15 +36,24 @@ TaintedString PyStrip(const TaintedString& s, const std::optional<std::string>& 
   auto strip = [&](char32_t c) {
     return chars ? std::find(set.begin(), set.end(), c) != set.end() : IsSpace(c);
   };
+  const std::string& bytes = s.bytes();
   size_t lo = 0;
-  size_t hi = d.cps.size();
+  size_t hi = bytes.size();
   if (side != StripSide::kRight) {
-    while (lo < hi && strip(d.cps[lo])) ++lo;
+    while (lo < hi) {
+      size_t next = lo;
+      if (!strip(DecodeUtf8At(bytes, &next))) break;
+      lo = next;
+    }
   }
   if (side != StripSide::kLeft) {
-    while (hi > lo && strip(d.cps[hi - 1])) --hi;
+    while (hi > lo) {
+      size_t prev = hi;
+      if (!strip(DecodeUtf8Before(bytes, &prev))) break;
+      hi = prev;
+    }
   }
-  return s.Substr(d.offsets[lo], d.offsets[hi]);
+  return s.Substr(lo, hi);
 }
 
 std::vector<TaintedString> PySplit(const TaintedString& s, const std::optional<std::string>& sep, int64_t maxsplit,
@@ -94,34 +85,42 @@ std::vector<TaintedString> PySplit(const TaintedString& s, const std::optional<s
     }
     return out;
   }
-  const CodePoints d = Decode(bytes);
-  const int64_t n = static_cast<int64_t>(d.cps.size());
-  auto piece = [&](int64_t a, int64_t b) { return s.Substr(d.offsets[a], d.offsets[b]); };
+  // Whitespace runs separate the pieces; Python's algorithm, walking code points (forward, or backward for rsplit).
+  const size_t n = bytes.size();
+  auto space_at = [&](size_t pos, size_t* next) {
+    *next = pos;
+    return IsSpace(DecodeUtf8At(bytes, next));
+  };
+  auto space_before = [&](size_t pos, size_t* prev) {
+    *prev = pos;
+    return IsSpace(DecodeUtf8Before(bytes, prev));
+  };
+  size_t next = 0;
   if (!from_right) {
-    int64_t i = 0;
+    size_t i = 0;
     while (budget-- > 0) {
-      while (i < n && IsSpace(d.cps[i])) ++i;
+      while (i < n && space_at(i, &next)) i = next;
       if (i == n) break;
-      const int64_t j = i++;
-      while (i < n && !IsSpace(d.cps[i])) ++i;
-      out.push_back(piece(j, i));
+      const size_t j = i;
+      while (i < n && !space_at(i, &next)) i = next;
+      out.push_back(s.Substr(j, i));
     }
     if (i < n) {
-      while (i < n && IsSpace(d.cps[i])) ++i;
-      if (i != n) out.push_back(piece(i, n));
+      while (i < n && space_at(i, &next)) i = next;
+      if (i != n) out.push_back(s.Substr(i, n));
     }
   } else {
-    int64_t i = n - 1;
+    size_t i = n;  // the end of the unprocessed prefix
     while (budget-- > 0) {
-      while (i >= 0 && IsSpace(d.cps[i])) --i;
-      if (i < 0) break;
-      const int64_t j = i--;
-      while (i >= 0 && !IsSpace(d.cps[i])) --i;
-      out.push_back(piece(i + 1, j + 1));
+      while (i > 0 && space_before(i, &next)) i = next;
+      if (i == 0) break;
+      const size_t j = i;
+      while (i > 0 && !space_before(i, &next)) i = next;
+      out.push_back(s.Substr(i, j));
     }
-    if (i >= 0) {
-      while (i >= 0 && IsSpace(d.cps[i])) --i;
-      if (i >= 0) out.push_back(piece(0, i + 1));
+    if (i > 0) {
+      while (i > 0 && space_before(i, &next)) i = next;
+      if (i > 0) out.push_back(s.Substr(0, i));
     }
     std::reverse(out.begin(), out.end());
   }
@@ -130,22 +129,25 @@ std::vector<TaintedString> PySplit(const TaintedString& s, const std::optional<s
 
 std::vector<TaintedString> PySplitLines(const TaintedString& s, bool keepends) {
   std::vector<TaintedString> out;
-  const CodePoints d = Decode(s.bytes());
-  const size_t n = d.cps.size();
+  const std::string& bytes = s.bytes();
   size_t i = 0;
-  while (i < n) {
+  while (i < bytes.size()) {
     const size_t start = i;
-    while (i < n && !IsLineBreak(d.cps[i])) ++i;
     size_t eol = i;
-    if (i < n) {
-      if (d.cps[i] == '\r' && i + 1 < n && d.cps[i + 1] == '\n') {
-        i += 2;
-      } else {
-        ++i;
+    size_t next = i;
+    while (i < bytes.size()) {
+      next = i;
+      const char32_t c = DecodeUtf8At(bytes, &next);
+      if (IsLineBreak(c)) {
+        eol = i;
+        i = c == '\r' && next < bytes.size() && bytes[next] == '\n' ? next + 1 : next;
+        if (keepends) eol = i;
+        break;
       }
-      if (keepends) eol = i;
+      i = next;
+      eol = i;
     }
-    out.push_back(s.Substr(d.offsets[start], d.offsets[eol]));
+    out.push_back(s.Substr(start, eol));
   }
   return out;
 }
@@ -159,14 +161,16 @@ TaintedString PyReplace(const TaintedString& s, const TaintedString& old_part, c
   int64_t budget = count < 0 ? INT64_MAX : count;
   std::string out;
   if (old_b.empty()) {
-    const CodePoints d = Decode(bytes);
-    size_t i = 0;
-    for (; i <= d.cps.size(); ++i) {
-      if (budget-- <= 0) break;
+    // Python inserts `new` before every character and at the end, up to `count` times.
+    size_t pos = 0;
+    while (budget-- > 0) {
       out += new_b;
-      if (i < d.cps.size()) out.append(bytes, d.offsets[i], d.offsets[i + 1] - d.offsets[i]);
+      if (pos >= bytes.size()) break;
+      const size_t start = pos;
+      DecodeUtf8At(bytes, &pos);
+      out.append(bytes, start, pos - start);
     }
-    if (i < d.cps.size()) out.append(bytes, d.offsets[i], std::string::npos);
+    if (pos < bytes.size()) out.append(bytes, pos, std::string::npos);
     return TaintedString::Derived(std::move(out), data);
   }
   size_t start = 0;

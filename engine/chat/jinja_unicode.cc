@@ -1,6 +1,8 @@
 #include "engine/chat/jinja_unicode.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <iterator>
 
 namespace decoded::jinja {
@@ -46,34 +48,36 @@ void AppendMapped(const CaseMapping (&table)[N], char32_t cp, std::string* out) 
   }
 }
 
-std::vector<char32_t> Decode(std::string_view s) {
-  std::vector<char32_t> cps;
-  cps.reserve(s.size());
-  size_t pos = 0;
-  while (pos < s.size()) cps.push_back(DecodeUtf8At(s, &pos));
-  return cps;
-}
-
 constexpr char32_t kCapitalSigma = 0x3A3;
 
-// Unicode's Final_Sigma condition for the capital sigma at cps[i]: a cased letter before it and none after it,
-// case-ignorable characters skipped on both sides.
-bool IsFinalSigma(const std::vector<char32_t>& cps, size_t i) {
-  size_t j = i;
-  while (j > 0 && IsCaseIgnorable(cps[j - 1])) --j;
-  if (j == 0 || !IsCased(cps[j - 1])) return false;
-  size_t k = i + 1;
-  while (k < cps.size() && IsCaseIgnorable(cps[k])) ++k;
-  return k == cps.size() || !IsCased(cps[k]);
+// Unicode's Final_Sigma condition for the capital sigma at bytes [begin, end) of `s`: a cased letter before it and
+// none after it, case-ignorable characters skipped on both sides.
+bool IsFinalSigma(std::string_view s, size_t begin, size_t end) {
+  size_t p = begin;
+  bool cased_before = false;
+  while (p > 0) {
+    const char32_t c = DecodeUtf8Before(s, &p);
+    if (!IsCaseIgnorable(c)) {
+      cased_before = IsCased(c);
+      break;
+    }
+  }
+  if (!cased_before) return false;
+  p = end;
+  while (p < s.size()) {
+    const char32_t c = DecodeUtf8At(s, &p);
+    if (!IsCaseIgnorable(c)) return !IsCased(c);
+  }
+  return true;
 }
 
-// Lowercases cps[i] in the context of the whole string (only the capital sigma depends on it).
-void AppendLowerAt(const std::vector<char32_t>& cps, size_t i, std::string* out) {
-  if (cps[i] == kCapitalSigma) {
-    AppendUtf8(IsFinalSigma(cps, i) ? 0x3C2 : 0x3C3, out);
+// Lowercases the code point `cp` at bytes [begin, end) of `s` (only the capital sigma depends on its context).
+void AppendLowerAt(std::string_view s, size_t begin, size_t end, char32_t cp, std::string* out) {
+  if (cp == kCapitalSigma) {
+    AppendUtf8(IsFinalSigma(s, begin, end) ? 0x3C2 : 0x3C3, out);
     return;
   }
-  AppendMapped(kLowerMap, cps[i], out);
+  AppendMapped(kLowerMap, cp, out);
 }
 
 void AppendTitle(char32_t cp, std::string* out) { AppendMapped(kTitleMap, cp, out); }
@@ -166,14 +170,36 @@ size_t CodePointCount(std::string_view s) {
   return n;
 }
 
-std::vector<size_t> CodePointOffsets(std::string_view s) {
-  std::vector<size_t> offsets;
-  offsets.reserve(s.size() + 1);
-  for (size_t i = 0; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) offsets.push_back(i);
+char32_t DecodeUtf8Before(std::string_view s, size_t* pos) {
+  size_t start = *pos - 1;
+  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+  size_t p = start;
+  const char32_t c = DecodeUtf8At(s, &p);
+  *pos = start;
+  return c;
+}
+
+size_t ByteOffsetOf(std::string_view s, size_t index) {
+  size_t seen = 0;
+  size_t i = 0;
+  while (i < s.size()) {
+    // Eight ASCII bytes at a time where possible.
+    uint64_t word;
+    if (i + 8 <= s.size() && seen + 8 <= index) {
+      std::memcpy(&word, s.data() + i, 8);
+      if ((word & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        seen += 8;
+        continue;
+      }
+    }
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (seen == index) return i;
+      ++seen;
+    }
+    ++i;
   }
-  offsets.push_back(s.size());
-  return offsets;
+  return s.size();
 }
 
 bool IsSpace(char32_t cp) { return InRanges(kSpace, cp); }
@@ -194,8 +220,12 @@ std::string PyLower(std::string_view s) {
     for (char c : s) out.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c);
     return out;
   }
-  const std::vector<char32_t> cps = Decode(s);
-  for (size_t i = 0; i < cps.size(); ++i) AppendLowerAt(cps, i, &out);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t begin = pos;
+    const char32_t c = DecodeUtf8At(s, &pos);
+    AppendLowerAt(s, begin, pos, c, &out);
+  }
   return out;
 }
 
@@ -210,15 +240,17 @@ std::string PyUpper(std::string_view s) {
 std::string PyTitle(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  const std::vector<char32_t> cps = Decode(s);
   bool previous_is_cased = false;
-  for (size_t i = 0; i < cps.size(); ++i) {
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t begin = pos;
+    const char32_t c = DecodeUtf8At(s, &pos);
     if (previous_is_cased) {
-      AppendLowerAt(cps, i, &out);
+      AppendLowerAt(s, begin, pos, c, &out);
     } else {
-      AppendTitle(cps[i], &out);
+      AppendTitle(c, &out);
     }
-    previous_is_cased = IsCased(cps[i]);
+    previous_is_cased = IsCased(c);
   }
   return out;
 }
@@ -226,12 +258,14 @@ std::string PyTitle(std::string_view s) {
 std::string PyCapitalize(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  const std::vector<char32_t> cps = Decode(s);
-  for (size_t i = 0; i < cps.size(); ++i) {
-    if (i == 0) {
-      AppendTitle(cps[i], &out);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t begin = pos;
+    const char32_t c = DecodeUtf8At(s, &pos);
+    if (begin == 0) {
+      AppendTitle(c, &out);
     } else {
-      AppendLowerAt(cps, i, &out);
+      AppendLowerAt(s, begin, pos, c, &out);
     }
   }
   return out;

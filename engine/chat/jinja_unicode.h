@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace decoded::jinja {
 
@@ -30,8 +29,11 @@ bool IsValidUtf8(std::string_view s, size_t* bad_offset = nullptr);
 bool IsAscii(std::string_view s);
 // Python len(): the number of code points.
 size_t CodePointCount(std::string_view s);
-// Byte offsets of every code point start, plus s.size() at the end (size = CodePointCount(s) + 1).
-std::vector<size_t> CodePointOffsets(std::string_view s);
+// Reads the code point ending at byte `*pos` and moves `*pos` back to its start.
+char32_t DecodeUtf8Before(std::string_view s, size_t* pos);
+// The byte offset of code point `index` (s.size() when index >= CodePointCount(s)). Linear time, constant memory:
+// strings can be 64 MiB, so nothing here builds per-character tables.
+size_t ByteOffsetOf(std::string_view s, size_t index);
 
 // Character properties, as Python's str methods report them for a one-character string.
 bool IsSpace(char32_t cp);      // str.isspace (also what strip()/split() without arguments remove)

@@ -20,6 +20,8 @@ absl::Status TooDeep() {
 std::optional<std::string> HashKey(const Value& v, int depth = 0) {
   if (depth > Limits::kMaxValueDepth) return std::nullopt;
   switch (v.kind()) {
+    case Kind::kUndefined:  // Jinja's Undefined hashes by type and equals every Undefined
+      return std::string("U");
     case Kind::kNone:
       return std::string("N");
     case Kind::kBool:
@@ -46,6 +48,24 @@ std::optional<std::string> HashKey(const Value& v, int depth = 0) {
     }
     default:
       return std::nullopt;
+  }
+}
+
+bool IsHashable(const Value& v, int depth = 0) {
+  if (depth > Limits::kMaxValueDepth) return false;
+  switch (v.kind()) {
+    case Kind::kUndefined:
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kString:
+      return true;
+    case Kind::kTuple:
+      return std::all_of(v.items().begin(), v.items().end(),
+                         [&](const Value& item) { return IsHashable(item, depth + 1); });
+    default:
+      return false;
   }
 }
 
@@ -129,6 +149,10 @@ absl::Status NoStr(const Value& v) {
 
 absl::Status ReprAt(const Value& v, int depth, std::string* out) {
   if (depth > Limits::kMaxValueDepth) return TooDeep();
+  if (out->size() > Limits::kMaxStringBytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("repr() longer than the limit of ", Limits::kMaxStringBytes, " bytes"));
+  }
   switch (v.kind()) {
     case Kind::kUndefined:
       out->append("Undefined");
@@ -146,7 +170,11 @@ absl::Status ReprAt(const Value& v, int depth, std::string* out) {
       out->append(FloatRepr(v.float_value()));
       return absl::OkStatus();
     case Kind::kString:
-      out->append(StringRepr(v.string().bytes()));
+      if (v.html_safe()) {
+        absl::StrAppend(out, "Markup(", StringRepr(v.string().bytes()), ")");
+      } else {
+        out->append(StringRepr(v.string().bytes()));
+      }
       return absl::OkStatus();
     case Kind::kList: {
       out->push_back('[');
@@ -403,7 +431,15 @@ const void* Value::identity() const {
       data_);
 }
 
+const Value* Dict::FindLinear(const Value& key) const {
+  for (const auto& [k, v] : entries_) {
+    if (Equals(k, key)) return &v;
+  }
+  return nullptr;
+}
+
 const Value* Dict::Find(const Value& key) const {
+  if (entries_.size() <= kIndexAt) return FindLinear(key);
   std::optional<std::string> k = HashKey(key);
   if (!k) return nullptr;
   auto it = index_.find(*k);
@@ -411,11 +447,35 @@ const Value* Dict::Find(const Value& key) const {
   return &entries_[it->second].second;
 }
 
+const Value* Dict::FindString(std::string_view key) const {
+  if (entries_.size() <= kIndexAt) {
+    for (const auto& [k, v] : entries_) {
+      if (k.is_string() && k.string().bytes() == key) return &v;
+    }
+    return nullptr;
+  }
+  return Find(Value::Markup(std::string(key)));
+}
+
 absl::Status Dict::Set(Value key, Value value) {
-  std::optional<std::string> k = HashKey(key);
-  if (!k) {
+  if (!IsHashable(key)) {
     return absl::FailedPreconditionError(absl::StrCat("unhashable type: '", TypeName(key), "'"));
   }
+  if (entries_.size() < kIndexAt) {
+    for (auto& entry : entries_) {
+      if (Equals(entry.first, key)) {
+        entry.second = std::move(value);
+        return absl::OkStatus();
+      }
+    }
+    entries_.emplace_back(std::move(key), std::move(value));
+    return absl::OkStatus();
+  }
+  if (index_.empty()) {
+    for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(*HashKey(entries_[i].first), i);
+  }
+  std::optional<std::string> k = HashKey(key);
+  if (!k) return TooDeep();
   auto [it, inserted] = index_.try_emplace(*k, entries_.size());
   if (inserted) {
     entries_.emplace_back(std::move(key), std::move(value));
@@ -452,7 +512,7 @@ const char* TypeName(const Value& v) {
     case Kind::kFloat:
       return "float";
     case Kind::kString:
-      return "str";
+      return v.html_safe() ? "Markup" : "str";
     case Kind::kList:
       return "list";
     case Kind::kTuple:
@@ -700,11 +760,18 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
     }
     case Kind::kString: {
       const TaintedString& s = v.string();
+      const size_t count = CodePointCount(s.bytes());
+      if (count > Limits::kMaxContainerItems) {
+        return absl::FailedPreconditionError(absl::StrCat("iterating a string of ", count,
+                                                          " characters exceeds the limit of ",
+                                                          Limits::kMaxContainerItems, " items"));
+      }
       std::vector<Value> out;
-      const std::vector<size_t> offsets = CodePointOffsets(s.bytes());
-      out.reserve(offsets.size() - 1);
-      for (size_t i = 0; i + 1 < offsets.size(); ++i) {
-        out.push_back(Value::String(s.Substr(offsets[i], offsets[i + 1])));
+      out.reserve(count);
+      for (size_t pos = 0; pos < s.size();) {
+        const size_t start = pos;
+        DecodeUtf8At(s.bytes(), &pos);
+        out.push_back(Value::String(s.Substr(start, pos)));
       }
       return out;
     }

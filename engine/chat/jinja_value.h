@@ -149,16 +149,22 @@ class Dict {
  public:
   const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
-  // nullptr when absent; INVALID_ARGUMENT-free: an unhashable key is simply absent.
+  // nullptr when absent (an unhashable key is simply absent).
   const Value* Find(const Value& key) const;
+  // Find(a str key), without building a Value.
+  const Value* FindString(std::string_view key) const;
   // Inserts or replaces the value (a replaced key keeps its first spelling and position, as in Python).
   // FAILED_PRECONDITION "unhashable type: 'list'" for an unhashable key.
   absl::Status Set(Value key, Value value);
   int depth() const;
 
  private:
+  // Small dicts (messages have two keys) are searched linearly; larger ones get a hash index.
+  static constexpr size_t kIndexAt = 8;
+  const Value* FindLinear(const Value& key) const;
+
   std::vector<std::pair<Value, Value>> entries_;
-  absl::flat_hash_map<std::string, size_t> index_;
+  absl::flat_hash_map<std::string, size_t> index_;  // empty until the dict outgrows kIndexAt
 };
 
 struct RangeSpec {

@@ -31,9 +31,12 @@ TaintedString TaintedString::Substr(size_t begin, size_t end) const {
   end = std::min(end, bytes_.size());
   begin = std::min(begin, end);
   TaintedString out(bytes_.substr(begin, end - begin));
-  for (const auto& [b, e] : data_) {
-    const size_t lo = std::max(b, begin);
-    const size_t hi = std::min(e, end);
+  // The first range ending after `begin`, then every range starting before `end`.
+  auto it = std::upper_bound(data_.begin(), data_.end(), begin,
+                             [](size_t pos, const std::pair<size_t, size_t>& r) { return pos < r.second; });
+  for (; it != data_.end() && it->first < end; ++it) {
+    const size_t lo = std::max(it->first, begin);
+    const size_t hi = std::min(it->second, end);
     if (lo < hi) out.AddRange(lo - begin, hi - begin);
   }
   return out;
