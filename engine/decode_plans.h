@@ -10,6 +10,7 @@
 #define DECODED_ENGINE_DECODE_PLANS_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,15 +47,26 @@ class MaskPlan {
 };
 
 struct RopeLayer {
+  RopeLayer() = default;
+  RopeLayer(bool enabled, double base, double freq_scale, std::vector<float> freq_factors = {})
+      : enabled(enabled), base(base), freq_scale(freq_scale), freq_factors(std::move(freq_factors)) {}
+
   bool enabled = true;      // false: a NoPE layer (no rotation)
   double base = 10000.0;    // theta base
   double freq_scale = 1.0;  // linear position scaling: angle uses pos * freq_scale
+  // Per-frequency divisors (llama.cpp's rope_freqs / ggml_rope_ext
+  // freq_factors): empty, or head_dim / 2 finite positive values, frequency i
+  // becoming base^(-2i / head_dim) / freq_factors[i]. Llama 3.1's "llama3"
+  // scaling is one such vector (1 for the kept band, the factor for the
+  // divided band, smoothed in between).
+  std::vector<float> freq_factors;
 };
 
 class RopePlan {
  public:
-  // INVALID_ARGUMENT naming the layer for a non-positive base or scale, or an
-  // odd head_dim. `pairing` is the family's (model-scalar): which dimensions
+  // INVALID_ARGUMENT naming the layer for a non-positive base or scale,
+  // freq_factors of another length than head_dim / 2 or holding a value that
+  // is not finite and positive, or an odd head_dim. `pairing` is the family's (model-scalar): which dimensions
   // every rotating layer rotates together.
   static absl::StatusOr<RopePlan> Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim,
                                          RopePairing pairing = RopePairing::kNeox);
@@ -66,7 +78,8 @@ class RopePlan {
   const RopeLayer& variant(int32_t v) const { return variants_[static_cast<size_t>(v)]; }
   int32_t head_dim() const { return head_dim_; }
   RopePairing pairing() const { return pairing_; }
-  // inv_freq[i] = 1 / base^(2i / head_dim), i < head_dim / 2, for variant v.
+  // inv_freq[i] = 1 / base^(2i / head_dim) / freq_factors[i] (no division
+  // without factors), i < head_dim / 2, for variant v; float32.
   const std::vector<float>& inv_freq(int32_t v) const { return inv_freq_[static_cast<size_t>(v)]; }
 
  private:

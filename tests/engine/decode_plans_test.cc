@@ -1,5 +1,7 @@
 #include "engine/decode_plans.h"
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "engine/decode_token_host.h"
@@ -55,6 +57,39 @@ TEST(RopePlanTest, RejectsBadBaseNamingTheLayer) {
   auto plan = RopePlan::Create(layers, 8);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("layer 1"), std::string::npos);
+}
+
+// Llama 3.1 / llama.cpp rope_freqs: frequency i is divided by factor i, and
+// layers that differ only in their factors are distinct variants.
+TEST(RopePlanTest, FrequencyFactorsDivideTheirFrequencies) {
+  RopeLayer plain{true, 1e4, 1.0};
+  RopeLayer scaled{true, 1e4, 1.0, {1.0f, 2.0f, 8.0f, 8.0f}};
+  auto plan = RopePlan::Create(std::vector<RopeLayer>{plain, scaled, scaled}, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->n_variants(), 2);
+  EXPECT_EQ(plan->variant_of(1), plan->variant_of(2));
+  const int32_t p = plan->variant_of(0), s = plan->variant_of(1);
+  EXPECT_EQ(plan->inv_freq(s)[0], plan->inv_freq(p)[0]);
+  EXPECT_EQ(plan->inv_freq(s)[1], plan->inv_freq(p)[1] / 2.0f);
+  EXPECT_EQ(plan->inv_freq(s)[3], plan->inv_freq(p)[3] / 8.0f);
+  EXPECT_NEAR(plan->inv_freq(s)[2], std::pow(1e4, -4.0 / 8.0) / 8.0, 1e-9);
+}
+
+TEST(RopePlanTest, RejectsBadFrequencyFactorsNamingTheLayer) {
+  const std::vector<std::vector<float>> bad = {
+      {1.0f, 2.0f},                                                // head_dim 8 needs 4
+      {1.0f, 0.0f, 1.0f, 1.0f},                                    // zero
+      {1.0f, -2.0f, 1.0f, 1.0f},                                   // negative
+      {1.0f, 1.0f, std::numeric_limits<float>::infinity(), 1.0f},  // not finite
+      {1.0f, 1.0f, 1.0f, std::numeric_limits<float>::quiet_NaN()},
+  };
+  for (const std::vector<float>& factors : bad) {
+    std::vector<RopeLayer> layers = {{true, 1e4, 1.0}, {true, 1e4, 1.0, factors}};
+    auto plan = RopePlan::Create(layers, 8);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("layer 1"), std::string::npos) << plan.status();
+  }
 }
 
 // The mask bounds against a dense reference built straight from the seed's
