@@ -22,7 +22,7 @@
 #include "engine/model_registry.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/common/model_path.h"
+#include "tests/common/hf_reference.h"
 #include "tests/common/plan_override_model.h"
 
 namespace decoded {
@@ -34,68 +34,15 @@ namespace {
 // (qwen2, other pairing or no biases) to 15.9 (llama, other pairing).
 constexpr double kTolerance = 5e-5;
 
-struct Fixture {
-  nlohmann::json ref;
-  std::shared_ptr<const Weights> weights;
-  std::unique_ptr<DecodeModel> model;
-};
-
-Fixture LoadGguf(const std::string& gguf_path, const std::string& json_name,
-                 std::optional<KvOffsetPath> offset_path = std::nullopt) {
-  Fixture f;
-  std::ifstream in(testing::TestDataPath(json_name));
-  EXPECT_TRUE(in.good()) << json_name;
-  f.ref = nlohmann::json::parse(in);
-  auto file = GgufFile::Open(gguf_path);
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return f;
-  auto weights = Weights::FromGguf(std::shared_ptr<const GgufFile>(std::move(*file)));
-  EXPECT_TRUE(weights.ok());
-  f.weights = *weights;
-  FamilyOptions opts;
-  opts.kv_offset_path = offset_path;
-  auto model = CreateFamily(f.weights, opts);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (model.ok()) f.model = *std::move(model);
-  return f;
-}
+namespace wt = ::decoded::testing;
+using Fixture = wt::HfFixture;
 
 Fixture LoadFixture(const std::string& name, std::optional<KvOffsetPath> offset_path = std::nullopt) {
-  return LoadGguf(testing::TestDataPath(name + "_tiny.gguf"), name + "_tiny.json", offset_path);
+  return wt::LoadHfFixture(name, offset_path);
 }
 
-// Max |ours - reference| over prefill rows and every decode step.
 double MaxAbsError(const DecodeModel& model, const nlohmann::json& ref) {
-  CpuExecutor ex(2);
-  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<int32_t> forced = ref["decode_ids"].get<std::vector<int32_t>>();
-  const int32_t vocab = model.dims().vocab;
-  auto kv = KvCache::Create(model.backend(), model.dims().n_layers, model.dims().n_kv_heads, model.dims().head_dim,
-                            64);
-  EXPECT_TRUE(kv.ok());
-  double worst = 0;
-  auto compare = [&](absl::Span<const float> got, const nlohmann::json& want) {
-    EXPECT_EQ(static_cast<int32_t>(want.size()), vocab);
-    for (int32_t i = 0; i < vocab; ++i) {
-      worst = std::max(worst, std::abs(static_cast<double>(got[static_cast<size_t>(i)]) - want[i].get<double>()));
-    }
-  };
-  auto prefill = forward_with_kv_context(model, **kv, prompt, /*all_logits=*/true, ex);
-  EXPECT_TRUE(prefill.ok()) << prefill.status();
-  if (!prefill.ok()) return 1e9;
-  for (size_t row = 0; row < prompt.size(); ++row) {
-    compare(absl::MakeConstSpan(*prefill).subspan(row * vocab, vocab), ref["prefill_logits"][row]);
-  }
-  compare(absl::MakeConstSpan(*prefill).subspan((prompt.size() - 1) * vocab, vocab), ref["logits"][0]);
-  DecodeSession session;
-  for (size_t k = 0; k < forced.size(); ++k) {
-    auto step = forward_with_kv_context_persistent(model, **kv, session, forced[k], ex);
-    EXPECT_TRUE(step.ok()) << step.status();
-    if (!step.ok()) return 1e9;
-    compare(*step, ref["logits"][k + 1]);
-  }
-  drop_decode_session(session);
-  return worst;
+  return wt::MaxAbsErrorVsReference(model, ref);
 }
 
 class LlamaStyleReferenceTest : public ::testing::TestWithParam<std::string> {};
@@ -120,30 +67,6 @@ TEST_P(LlamaStyleReferenceTest, OtherRopePairingExceedsTolerance) {
   EXPECT_GT(err, 10 * kTolerance);
 }
 
-std::vector<float> Steps(const DecodeModel& m, KvCache& kv, DecodeSession& s, Executor& ex, int32_t first, int n,
-                         bool persistent) {
-  std::vector<float> all;
-  int32_t tok = first;
-  for (int i = 0; i < n; ++i) {
-    // D1 returns an owning vector, D2 a view of the held plan's output.
-    std::vector<float> logits;
-    if (persistent) {
-      auto r = forward_with_kv_context_persistent(m, kv, s, tok, ex);
-      EXPECT_TRUE(r.ok()) << r.status();
-      if (!r.ok()) return all;
-      logits.assign(r->begin(), r->end());
-    } else {
-      auto r = forward_with_kv_context(m, kv, std::vector<int32_t>{tok}, false, ex);
-      EXPECT_TRUE(r.ok()) << r.status();
-      if (!r.ok()) return all;
-      logits = *std::move(r);
-    }
-    all.insert(all.end(), logits.begin(), logits.end());
-    tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  return all;
-}
-
 TEST_P(LlamaStyleReferenceTest, HeldPlanIsByteIdenticalToRebuildAndBuildsOnce) {
   Fixture f = LoadFixture(GetParam());
   ASSERT_NE(f.model, nullptr);
@@ -157,9 +80,9 @@ TEST_P(LlamaStyleReferenceTest, HeldPlanIsByteIdenticalToRebuildAndBuildsOnce) {
   constexpr int kTokens = 10;
   DecodeSession unused, session;
   const int64_t b0 = GetEngineCounters().graph_builds, o0 = OptimizerRuns();
-  const std::vector<float> d1 = Steps(m, *kv1, unused, ex, 5, kTokens, /*persistent=*/false);
+  const std::vector<float> d1 = wt::DecodeSteps(m, *kv1, unused, ex, 5, kTokens, /*persistent=*/false);
   const int64_t b1 = GetEngineCounters().graph_builds, o1 = OptimizerRuns();
-  const std::vector<float> d2 = Steps(m, *kv2, session, ex, 5, kTokens, /*persistent=*/true);
+  const std::vector<float> d2 = wt::DecodeSteps(m, *kv2, session, ex, 5, kTokens, /*persistent=*/true);
   const int64_t b2 = GetEngineCounters().graph_builds, o2 = OptimizerRuns();
   ASSERT_EQ(d1.size(), d2.size());
   EXPECT_EQ(std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)), 0);
@@ -180,8 +103,8 @@ TEST_P(LlamaStyleReferenceTest, DeviceOffsetAndSymbolPathsGiveIdenticalLogits) {
   auto kv_d = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, 32);
   auto kv_s = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, 32);
   DecodeSession sd, ss;
-  const std::vector<float> a = Steps(*dev.model, *kv_d, sd, ex, 1, 8, true);
-  const std::vector<float> b = Steps(*sym.model, *kv_s, ss, ex, 1, 8, true);
+  const std::vector<float> a = wt::DecodeSteps(*dev.model, *kv_d, sd, ex, 1, 8, true);
+  const std::vector<float> b = wt::DecodeSteps(*sym.model, *kv_s, ss, ex, 1, 8, true);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   drop_decode_session(sd);
@@ -212,7 +135,7 @@ TEST(Qwen2BrokenVariantTest, ZeroedQkvBiasesExceedTolerance) {
   ASSERT_EQ(zeroed, 3 * f.model->dims().n_layers);
   const std::string path = ::testing::TempDir() + "qwen2_tiny_zero_bias.gguf";
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  Fixture broken = LoadGguf(path, "qwen2_tiny.json");
+  Fixture broken = wt::LoadHfGguf(path, "qwen2_tiny.json");
   ASSERT_NE(broken.model, nullptr);
   const double err = MaxAbsError(*broken.model, broken.ref);
   std::printf("[ measured ] qwen2 without q/k/v biases: max err %.3g\n", err);
