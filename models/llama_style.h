@@ -44,7 +44,7 @@ struct LlamaStyleSpec {
   bool fused_gate_up = false;
   // <arch>.attention.sliding_window (absent or 0: none) windows every layer:
   // a query at position p sees keys p - w < j <= p, as HF's Phi-3 applies
-  // config.sliding_window. (llama.cpp's phi3 loader currently ignores it.)
+  // config.sliding_window (llama.cpp's phi3 loader ignores it).
   bool sliding_window = false;
 };
 
