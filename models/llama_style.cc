@@ -2,11 +2,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/hash/hash.h"
@@ -15,6 +13,7 @@
 #include "engine/hparams.h"
 #include "models/family_base.h"
 #include "models/fused_weights.h"
+#include "models/qkv_weights.h"
 #include "models/transformer_dims.h"
 
 namespace decoded {
@@ -208,16 +207,15 @@ class LlamaStyle final : public FamilyBase {
     output_ = bound->output;
     output_norm_ = bound->output_norm;
     const Dim hidden = hp.dim("embedding_length", d.hidden);
-    const Dim one{1, "a norm or bias weight"};
+    const Dim one{1, "a norm weight"};
     if (auto s = RequireF32(*output_norm_); !s.ok()) return s;
 
     const Dim head_dim = hp.dim("attention.key_length", d.head_dim);
     const Dim q_dim = hp.dim("attention.head_count", d.n_heads) * head_dim;
     const Dim kv_dim = hp.dim("attention.head_count_kv", d.n_kv_heads) * head_dim;
     const Dim ffn = hp.dim("feed_forward_length", cfg_.ffn);
-    const FusedPart qkv_parts[] = {{"q", q_dim}, {"k", kv_dim}, {"v", kv_dim}};
     const FusedPart gate_up_parts[] = {{"gate", ffn}, {"up", ffn}};
-    const Dim biases[] = {q_dim, kv_dim, kv_dim};
+    const QkvBias qkv_bias = spec_.qkv_bias_required ? QkvBias::kRequired : QkvBias::kOptional;
     bool has_bias = false;
     for (int32_t il = 0; il < d.n_layers; ++il) {
       const std::string p = absl::StrCat("blk.", il, ".");
@@ -228,34 +226,23 @@ class LlamaStyle final : public FamilyBase {
         dst = *t;
         return absl::OkStatus();
       };
-      auto bind_fused = [&](const char* name, absl::Span<const FusedPart> parts,
-                            std::initializer_list<const WeightTensor**> dsts) -> absl::Status {
-        auto views = BindFusedRows(hp, p + name, parts, hidden, views_);
-        if (!views.ok()) return views.status();
-        size_t i = 0;
-        for (const WeightTensor** dst : dsts) *dst = (*views)[i++];
-        return absl::OkStatus();
-      };
       auto absent = [&](const char* name, const char* because) -> absl::Status {
         if (weights_->Find(p + name) == nullptr) return absl::OkStatus();
         return absl::InvalidArgumentError(absl::StrCat("model file: tensor ", p, name, " is unexpected: ", because));
       };
       const std::function<absl::Status()> binds[] = {
           [&] { return bind(lw.attn_norm, "attn_norm.weight", one, hidden); },
-          // Q/K/V fused or separate, whichever the file holds (not both).
+          // Q/K/V and their biases, fused or separate, whichever the file holds.
           [&]() -> absl::Status {
-            if (weights_->Find(p + "attn_qkv.weight") == nullptr) {
-              for (auto [dst, name, rows] : {std::tuple{&lw.wq, "attn_q.weight", q_dim},
-                                             std::tuple{&lw.wk, "attn_k.weight", kv_dim},
-                                             std::tuple{&lw.wv, "attn_v.weight", kv_dim}}) {
-                if (auto s = bind(*dst, name, rows, hidden); !s.ok()) return s;
-              }
-              return absl::OkStatus();
-            }
-            for (const char* separate : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) {
-              if (auto s = absent(separate, "the layer holds a fused attn_qkv.weight"); !s.ok()) return s;
-            }
-            return bind_fused("attn_qkv.weight", qkv_parts, {&lw.wq, &lw.wk, &lw.wv});
+            auto qkv = BindQkv(hp, *weights_, il, q_dim, kv_dim, hidden, qkv_bias, views_);
+            if (!qkv.ok()) return qkv.status();
+            lw.wq = qkv->wq;
+            lw.wk = qkv->wk;
+            lw.wv = qkv->wv;
+            lw.bq = qkv->bq;
+            lw.bk = qkv->bk;
+            lw.bv = qkv->bv;
+            return absl::OkStatus();
           },
           [&] { return bind(lw.wo, "attn_output.weight", hidden, q_dim); },
           [&]() -> absl::Status {
@@ -273,7 +260,11 @@ class LlamaStyle final : public FamilyBase {
                 !s.ok()) {
               return s;
             }
-            return bind_fused("ffn_up.weight", gate_up_parts, {&lw.gate, &lw.up});
+            auto parts = BindFusedRows(hp, p + "ffn_up.weight", gate_up_parts, hidden, views_);
+            if (!parts.ok()) return parts.status();
+            lw.gate = (*parts)[0];
+            lw.up = (*parts)[1];
+            return absl::OkStatus();
           },
           [&] { return bind(lw.down, "ffn_down.weight", hidden, ffn); },
       };
@@ -284,27 +275,17 @@ class LlamaStyle final : public FamilyBase {
         if (norm_w == nullptr) continue;
         if (auto s = RequireF32(*norm_w); !s.ok()) return s;
       }
-      // Biases: all three or none, the same in every layer.
-      const bool want_bias = spec_.qkv_bias_required || weights_->Find(p + "attn_q.bias") != nullptr ||
-                             weights_->Find(p + "attn_k.bias") != nullptr ||
-                             weights_->Find(p + "attn_v.bias") != nullptr;
-      if (il > 0 && want_bias != has_bias) {
-        return absl::InvalidArgumentError(absl::StrCat("model file: layer ", il, (want_bias ? " has" : " lacks"),
+      // Q/K/V biases (BindQkv: all three or none) the same in every layer.
+      const bool layer_bias = lw.bq != nullptr;
+      if (il > 0 && layer_bias != has_bias) {
+        return absl::InvalidArgumentError(absl::StrCat("model file: layer ", il, (layer_bias ? " has" : " lacks"),
                                                        " q/k/v biases, unlike layer 0"));
       }
-      has_bias = want_bias;
-      if (want_bias) {
-        const WeightTensor** dsts[] = {&lw.bq, &lw.bk, &lw.bv};
-        const char* names[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
-        for (size_t i = 0; i < 3; ++i) {
-          if (auto s = bind(*dsts[i], names[i], one, biases[i]); !s.ok()) return s;
-          if (auto s = RequireF32(**dsts[i]); !s.ok()) return s;
-        }
-      }
-      for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "attn_qkv.bias"}) {
+      has_bias = layer_bias;
+      for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"}) {
         if (weights_->Find(p + name) != nullptr) {
           return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, name, " is not supported for ",
-                                                       spec_.arch, " (this layer has only separate q/k/v biases)"));
+                                                       spec_.arch, " (this layer has only q/k/v biases)"));
         }
       }
       for (const char* name : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
@@ -327,7 +308,7 @@ class LlamaStyle final : public FamilyBase {
   static absl::Status RequireF32(const WeightTensor& t) {
     if (t.type == DType::kF32) return absl::OkStatus();
     return absl::UnimplementedError(
-        absl::StrCat("tensor ", t.name, ": norm, bias and RoPE factor weights must be f32, got ", DTypeName(t.type)));
+        absl::StrCat("tensor ", t.name, ": norm and RoPE factor weights must be f32, got ", DTypeName(t.type)));
   }
 
   const LlamaStyleSpec spec_;
@@ -336,7 +317,7 @@ class LlamaStyle final : public FamilyBase {
   const WeightTensor* output_ = nullptr;
   const WeightTensor* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
-  std::deque<WeightTensor> views_;  // parts of fused weights (models/fused_weights.h)
+  WeightViews views_;  // parts of fused weights (models/fused_weights.h)
 };
 
 }  // namespace

@@ -8,7 +8,8 @@
 // CreateLlamaStyle. What every family accepts from its file:
 //   - q/k/v as separate attn_{q,k,v}.weight or fused as attn_qkv.weight
 //     ([q; k; v] rows, as llama.cpp's converter writes Phi-3 and fused-QKV
-//     conversions; split in place, models/fused_weights.h);
+//     conversions; split in place), their biases in either layout too
+//     (models/qkv_weights.h);
 //   - Llama 3.1 RoPE frequency scaling as rope_freqs.weight [head_dim / 2]
 //     (the per-frequency divisors llama.cpp's converter derives from HF's
 //     rope_type "llama3"), applied through RopeLayer::freq_factors;
@@ -31,8 +32,9 @@ struct LlamaStyleSpec {
   // llama.cpp's converter permutes Q/K rows for arch "llama" (adjacent
   // pairing, LLAMA_ROPE_TYPE_NORM); qwen2 keeps HF's rotate-half (NEOX).
   RopePairing rope_pairing = RopePairing::kAdjacent;
-  // blk.N.attn_{q,k,v}.bias: required (Qwen2) or bound when present (Llama
-  // with attention_bias).
+  // q/k/v biases (blk.N.attn_{q,k,v}.bias, or attn_qkv.bias beside a fused
+  // attn_qkv.weight): required (Qwen2) or bound when present (Llama with
+  // attention_bias).
   bool qkv_bias_required = false;
   // Which layers rotate q and k: null means every layer; otherwise a layer
   // for which it returns false is a NoPE layer (its RopePlan entry does no
@@ -57,8 +59,8 @@ struct LlamaStyleSpec {
 // (including rope_freqs.weight values outside [1/1024, FLT_MAX]); NOT_FOUND
 // naming a missing tensor; UNIMPLEMENTED naming the key or tensor for features
 // the layer does not model (YaRN and other scaling types, Phi-3 LongRoPE
-// rope_factors_{long,short}, partial rotary, attention-output / FFN / fused
-// qkv biases, q/k norms in a family without them).
+// rope_factors_{long,short}, partial rotary, attention-output / FFN biases,
+// q/k norms in a family without them).
 absl::StatusOr<std::unique_ptr<DecodeModel>> CreateLlamaStyle(const LlamaStyleSpec& spec,
                                                               std::shared_ptr<const Weights> weights,
                                                               const FamilyOptions& options);

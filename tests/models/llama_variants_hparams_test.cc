@@ -3,8 +3,8 @@
 // tensors: what they load as (plans, head size, window, frequency factors),
 // malformed shapes and values refused as INVALID_ARGUMENT naming the tensor or
 // key and the keys its extent derives from, missing tensors NOT_FOUND, and
-// what the layer does not model (LongRoPE, partial rotary, a fused qkv bias)
-// UNIMPLEMENTED naming the key or tensor.
+// what the layer does not model (LongRoPE, partial rotary) UNIMPLEMENTED
+// naming the key or tensor.
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -129,11 +129,17 @@ TEST(LlamaVariantsHparamsTest, Phi3MalformedFusedTensorsAreRefusedNamingEveryPar
   // A separate projection beside the fused one, or a gate beside the fused
   // gate_up, is another layout than llama.cpp writes.
   ExpectRefused(LoadWithTensors("phi3", {Rename("blk.0.attn_output.weight", "blk.0.attn_k.weight")}),
-                absl::StatusCode::kInvalidArgument, {"blk.0.attn_k.weight", "fused attn_qkv.weight"});
+                absl::StatusCode::kInvalidArgument, {"blk.0.attn_k.weight", "beside the fused blk.0.attn_qkv.weight"});
   ExpectRefused(LoadWithTensors("phi3", {Rename("blk.1.ffn_down.weight", "blk.1.ffn_gate.weight")}),
                 absl::StatusCode::kInvalidArgument, {"blk.1.ffn_gate.weight", "fused in ffn_up.weight"});
   ExpectRefused(LoadWithTensors("phi3", {Rename("blk.0.attn_qkv.weight", "blk.0.qkv.weight")}),
                 absl::StatusCode::kNotFound, {"blk.0.attn_q.weight"});
+  // A fused bias is split by columns as the weight by rows (layer 0 is
+  // checked before layer 1 is bound, so layer 1's norm can serve as it).
+  ExpectRefused(LoadWithTensors("phi3", {Rename("blk.1.attn_norm.weight", "blk.0.attn_qkv.bias")}),
+                absl::StatusCode::kInvalidArgument,
+                {"tensor blk.0.attn_qkv.bias has shape [1, 32]", "q columns (phi3.attention.head_count = 2",
+                 "requires 64 columns"});
 }
 
 TEST(LlamaVariantsHparamsTest, Phi3UnmodelledFeaturesAreUnimplementedNamingTheKeyOrTensor) {
@@ -143,9 +149,6 @@ TEST(LlamaVariantsHparamsTest, Phi3UnmodelledFeaturesAreUnimplementedNamingTheKe
                 absl::StatusCode::kUnimplemented, {"rope_factors_short.weight", "LongRoPE"});
   ExpectRefused(LoadWithKvs("phi3", {U32("phi3.rope.dimension_count", 8)}), absl::StatusCode::kUnimplemented,
                 {"phi3.rope.dimension_count = 8", "partial rotary"});
-  // Layer 0 is checked whole before layer 1 is bound.
-  ExpectRefused(LoadWithTensors("phi3", {Rename("blk.1.attn_norm.weight", "blk.0.attn_qkv.bias")}),
-                absl::StatusCode::kUnimplemented, {"blk.0.attn_qkv.bias"});
 }
 
 TEST(LlamaVariantsHparamsTest, RopeFreqsOfTheWrongLengthAreRefusedNamingTheTensor) {
