@@ -14,6 +14,7 @@
 #include "engine/model_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/edited_fixture.h"
 #include "tests/common/model_path.h"
 #include "tests/gguf/gguf_tensor_rewrite.h"
 #include "tests/gguf/gguf_test_writer.h"
@@ -29,23 +30,14 @@ std::vector<uint8_t> FixtureBytes(const std::string& fixture) {
   return wt::ReadFileBytes(wt::TestDataPath(fixture + "_tiny.gguf"));
 }
 
-absl::StatusOr<std::unique_ptr<DecodeModel>> LoadBytes(const std::vector<uint8_t>& bytes) {
-  EXPECT_FALSE(bytes.empty());
-  auto file = wt::OpenBytes(bytes, "variant");
-  if (!file.ok()) return file.status();
-  auto weights = Weights::FromGguf(std::shared_ptr<const GgufFile>(std::move(*file)));
-  if (!weights.ok()) return weights.status();
-  return CreateFamily(*weights);
-}
-
 absl::StatusOr<std::unique_ptr<DecodeModel>> LoadWithKvs(const std::string& fixture,
                                                          const std::vector<wt::KvEdit>& edits) {
-  return LoadBytes(wt::RewriteKvs(FixtureBytes(fixture), edits));
+  return wt::LoadEditedFixture(fixture + "_tiny.gguf", edits);
 }
 
 absl::StatusOr<std::unique_ptr<DecodeModel>> LoadWithTensors(const std::string& fixture,
                                                              const std::vector<wt::TensorEdit>& edits) {
-  return LoadBytes(wt::RewriteTensors(FixtureBytes(fixture), edits));
+  return wt::LoadEditedFixture(fixture + "_tiny.gguf", {}, edits);
 }
 
 wt::TensorEdit Dims(const std::string& name, std::vector<uint64_t> dims) { return {name, std::nullopt, dims}; }
@@ -162,7 +154,7 @@ TEST(LlamaVariantsHparamsTest, RopeFreqsThatAreNotDivisorsAreRefusedNamingTheEnt
                     std::numeric_limits<float>::infinity()}) {
     std::vector<uint8_t> bytes = FixtureBytes("llama3rope");
     ASSERT_TRUE(wt::OverwriteTensorData(bytes, "rope_freqs.weight", wt::Enc<float>(1.0f) + wt::Enc<float>(bad)));
-    ExpectRefused(LoadBytes(bytes), absl::StatusCode::kInvalidArgument,
+    ExpectRefused(wt::LoadFamilyFromBytes(bytes, "llama3rope"), absl::StatusCode::kInvalidArgument,
                   {"tensor rope_freqs.weight[1] = ", "is not a frequency divisor"});
   }
 }
