@@ -52,19 +52,39 @@ absl::StatusOr<RopePlan> RopePlan::Create(absl::Span<const RopeLayer> per_layer,
       return absl::InvalidArgumentError(absl::StrCat("RopePlan: layer ", il, " has base ", r.base,
                                                      " and freq_scale ", r.freq_scale, "; both must be positive"));
     }
+    if (!r.freq_factors.empty()) {
+      if (r.freq_factors.size() != static_cast<size_t>(rot_dims / 2)) {
+        return absl::InvalidArgumentError(absl::StrCat("RopePlan: layer ", il, " has ", r.freq_factors.size(),
+                                                       " frequency factors; rot_dims ", rot_dims, " needs ",
+                                                       rot_dims / 2));
+      }
+      for (size_t i = 0; i < r.freq_factors.size(); ++i) {
+        const float f = r.freq_factors[i];
+        if (!(f > 0.0f) || !std::isfinite(f)) {
+          return absl::InvalidArgumentError(absl::StrCat("RopePlan: layer ", il, " has frequency factor ", i, " = ",
+                                                         f, "; factors must be finite and positive"));
+        }
+      }
+    }
     int32_t v = -1;
     for (size_t k = 0; k < plan.variants_.size(); ++k) {
-      if (plan.variants_[k].base == r.base && plan.variants_[k].freq_scale == r.freq_scale) v = static_cast<int32_t>(k);
+      const RopeLayer& o = plan.variants_[k];
+      if (o.base == r.base && o.freq_scale == r.freq_scale && o.freq_factors == r.freq_factors) {
+        v = static_cast<int32_t>(k);
+      }
     }
     if (v < 0) {
       v = static_cast<int32_t>(plan.variants_.size());
       plan.variants_.push_back(r);
       // float32 as in HF's default RoPE init: 1 / base^(arange(0, d, 2) / d),
-      // d the rotated dimensions.
+      // d the rotated dimensions, then divided by the factor as HF's llama3
+      // init divides (inv / factor).
       std::vector<float> inv(static_cast<size_t>(rot_dims / 2));
       for (int32_t i = 0; i < rot_dims / 2; ++i) {
         const float expo = static_cast<float>(2 * i) / static_cast<float>(rot_dims);
-        inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(r.base), expo);
+        float f = 1.0f / std::pow(static_cast<float>(r.base), expo);
+        if (!r.freq_factors.empty()) f /= r.freq_factors[static_cast<size_t>(i)];
+        inv[static_cast<size_t>(i)] = f;
       }
       plan.inv_freq_.push_back(std::move(inv));
     }

@@ -10,6 +10,7 @@
 #define DECODED_ENGINE_DECODE_PLANS_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,20 +47,32 @@ class MaskPlan {
 };
 
 struct RopeLayer {
+  RopeLayer() = default;
+  RopeLayer(bool enabled, double base, double freq_scale, std::vector<float> freq_factors = {})
+      : enabled(enabled), base(base), freq_scale(freq_scale), freq_factors(std::move(freq_factors)) {}
+
   bool enabled = true;      // false: a NoPE layer (no rotation)
   double base = 10000.0;    // theta base
   double freq_scale = 1.0;  // linear position scaling: angle uses pos * freq_scale
+  // Per-frequency divisors (llama.cpp's rope_freqs / ggml_rope_ext
+  // freq_factors): empty, or rot_dims / 2 finite positive values (head_dim / 2
+  // without partial rotary), frequency i becoming
+  // base^(-2i / rot_dims) / freq_factors[i]. Llama 3.1's "llama3"
+  // scaling is one such vector (1 for the kept band, the factor for the
+  // divided band, smoothed in between).
+  std::vector<float> freq_factors;
 };
 
 class RopePlan {
  public:
-  // INVALID_ARGUMENT naming the layer for a non-positive base or scale, or an
-  // odd head_dim. `pairing` is the family's (model-scalar): which dimensions
-  // every rotating layer rotates together. `rot_dims` (model-scalar too) is
-  // how many leading dimensions of each head rotate: 0 means the whole head;
-  // fewer is partial rotary (Phi-2), the frequencies then spread over
-  // rot_dims as HF's partial_rotary_factor does. INVALID_ARGUMENT unless it
-  // is even and at most head_dim.
+  // INVALID_ARGUMENT naming the layer for a non-positive base or scale,
+  // freq_factors of another length than rot_dims / 2 or holding a value that
+  // is not finite and positive, or an odd head_dim. `pairing` is the family's
+  // (model-scalar): which dimensions every rotating layer rotates together.
+  // `rot_dims` (model-scalar too) is how many leading dimensions of each head
+  // rotate: 0 means the whole head; fewer is partial rotary (Phi-2), the
+  // frequencies then spread over rot_dims as HF's partial_rotary_factor does.
+  // INVALID_ARGUMENT unless it is even and at most head_dim.
   static absl::StatusOr<RopePlan> Create(absl::Span<const RopeLayer> per_layer, int32_t head_dim,
                                          RopePairing pairing = RopePairing::kNeox, int32_t rot_dims = 0);
 
@@ -73,7 +86,8 @@ class RopePlan {
   // the cos/sin tables have rot_dims / 2 columns.
   int32_t rot_dims() const { return rot_dims_; }
   RopePairing pairing() const { return pairing_; }
-  // inv_freq[i] = 1 / base^(2i / rot_dims), i < rot_dims / 2, for variant v.
+  // inv_freq[i] = 1 / base^(2i / rot_dims) / freq_factors[i] (no division
+  // without factors), i < rot_dims / 2, for variant v; float32.
   const std::vector<float>& inv_freq(int32_t v) const { return inv_freq_[static_cast<size_t>(v)]; }
 
  private:

@@ -1,6 +1,6 @@
-// Llama 1/2 (and Llama 3 without frequency scaling), SmolLM2: GGUF arch
-// "llama". Q/K rows come permuted by llama.cpp's converter, so RoPE rotates
-// adjacent pairs; q/k/v biases are bound when the file has them.
+// Llama 1/2/3 (3.1+ with its frequency scaling, rope_freqs.weight), SmolLM2:
+// GGUF arch "llama". Q/K rows come permuted by llama.cpp's converter, so RoPE
+// rotates adjacent pairs; q/k/v biases are bound when the file has them.
 #include "models/llama_style.h"
 
 namespace decoded {

@@ -1,6 +1,7 @@
 #include "models/llama_style.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "engine/hparam_bounds.h"
 #include "engine/hparams.h"
-#include "models/transformer_dims.h"
 #include "models/family_base.h"
+#include "models/fused_weights.h"
+#include "models/qkv_weights.h"
+#include "models/transformer_dims.h"
 
 namespace decoded {
 namespace {
@@ -20,12 +23,15 @@ struct LlamaStyleConfig {
   int32_t ffn = 0;
   double rope_base = 10000.0;  // llama.cpp's default
   double rope_freq_scale = 1.0;
+  std::vector<float> rope_freq_factors;  // rope_freqs.weight; empty without it
+  int32_t sliding_window = 0;            // 0: none
   double eps = 1e-5;
 };
 
 struct LayerWeights {
   const WeightTensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
   const WeightTensor *bq = nullptr, *bk = nullptr, *bv = nullptr;  // all or none
+  const WeightTensor *q_norm = nullptr, *k_norm = nullptr;         // LlamaStyleSpec::qk_norm
 };
 
 class LlamaStyle final : public FamilyBase {
@@ -58,6 +64,10 @@ class LlamaStyle final : public FamilyBase {
       q = g.add_row(q, g.weight(*w.bq), p + "attn_q_bias");
       k = g.add_row(k, g.weight(*w.bk), p + "attn_k_bias");
       v = g.add_row(v, g.weight(*w.bv), p + "attn_v_bias");
+    }
+    if (w.q_norm != nullptr) {
+      q = g.rms_norm(q, g.weight(*w.q_norm), eps, p + "attn_q_norm");  // per head: the weight is [1, head_dim]
+      k = g.rms_norm(k, g.weight(*w.k_norm), eps, p + "attn_k_norm");
     }
     q = in.rope(q, d.n_heads, p + "rope_q");
     k = in.rope(k, d.n_kv_heads, p + "rope_k");
@@ -106,6 +116,12 @@ class LlamaStyle final : public FamilyBase {
                                                        "; partial rotary is not supported for ", spec_.arch));
         },
         [&] { return assign(context_length_, hp.Int("context_length", {1, hb::kMaxContextLength})); },
+        [&]() -> absl::Status {
+          if (!spec_.sliding_window) return absl::OkStatus();
+          // A window at least as long as the context is global in effect
+          // (Phi-3-mini-128k states 262144 over a 131072 context).
+          return assign(cfg_.sliding_window, hp.IntOr("attention.sliding_window", 0, {0, hb::kMaxContextLength}));
+        },
         [&] {
           return assign(cfg_.eps, hp.Float("attention.layer_norm_rms_epsilon", {hb::kMinNormalFloat32, 1.0}));
         },
@@ -115,13 +131,13 @@ class LlamaStyle final : public FamilyBase {
     for (const auto& read : reads) {
       if (absl::Status s = read(); !s.ok()) return s;
     }
-    auto mp = MaskPlan::Create(std::vector<int32_t>(static_cast<size_t>(d.n_layers), 0));
+    auto mp = MaskPlan::Create(std::vector<int32_t>(static_cast<size_t>(d.n_layers), cfg_.sliding_window));
     if (!mp.ok()) return mp.status();
     mask_plan_ = *std::move(mp);
     std::vector<RopeLayer> ropes;
     for (int32_t il = 0; il < d.n_layers; ++il) {
       const bool rotates = spec_.rope_on_layer == nullptr || spec_.rope_on_layer(il);
-      ropes.push_back(RopeLayer{rotates, cfg_.rope_base, cfg_.rope_freq_scale});
+      ropes.push_back(RopeLayer{rotates, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_freq_factors});
     }
     auto rp = RopePlan::Create(ropes, d.head_dim, spec_.rope_pairing);
     if (!rp.ok()) return rp.status();
@@ -129,13 +145,19 @@ class LlamaStyle final : public FamilyBase {
     return absl::OkStatus();
   }
 
-  // "linear" (HF rope_scaling linear) is a position scale; Llama 3's
-  // frequency scaling (type "llama3", or a rope_freqs.weight tensor) and YaRN
-  // change the frequencies themselves and are refused until modelled.
+  // "linear" (HF rope_scaling linear) is a position scale. Llama 3.1's
+  // frequency scaling comes as rope_freqs.weight (llama.cpp's converter writes
+  // no scaling type for it) and divides the frequencies. YaRN and LongRoPE
+  // (Phi-3's rope_factors_long/short, which also rescale cos/sin and switch
+  // with the context length) are refused.
   absl::Status ReadRopeScaling(const HParams& hp) {
-    if (weights_->Find("rope_freqs.weight") != nullptr) {
-      return absl::UnimplementedError(absl::StrCat("model file: tensor rope_freqs.weight (Llama 3 RoPE frequency "
-                                                   "scaling) is not supported yet for ", spec_.arch));
+    namespace hb = hparam_bounds;
+    for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      if (weights_->Find(longrope) != nullptr) {
+        return absl::UnimplementedError(absl::StrCat("model file: tensor ", longrope,
+                                                     " (LongRoPE, e.g. Phi-3 128k) is not supported for ",
+                                                     spec_.arch));
+      }
     }
     std::string type = "none";
     if (weights_->file().Find(hp.key("rope.scaling.type")) != nullptr) {
@@ -145,13 +167,35 @@ class LlamaStyle final : public FamilyBase {
     }
     auto factor = hp.FloatOr("rope.scaling.factor", 0, {1.0 / 1024, 1024, true});
     if (!factor.ok()) return factor.status();
-    if (type == "none" || *factor == 0 || *factor == 1.0) return absl::OkStatus();
-    if (type == "linear") {
+    if (type == "linear" && *factor != 0) {
       cfg_.rope_freq_scale = 1.0 / *factor;
-      return absl::OkStatus();
+    } else if (type != "none" && type != "linear" && *factor != 0 && *factor != 1.0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "model file: ", hp.key("rope.scaling.type"), " = \"", type, "\" is not supported for ", spec_.arch,
+          " (only none and linear; Llama 3 frequency scaling is read from the tensor rope_freqs.weight)"));
     }
-    return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.scaling.type"), " = \"", type,
-                                                 "\" is not supported for ", spec_.arch, " (only none and linear)"));
+
+    if (weights_->Find("rope_freqs.weight") == nullptr) return absl::OkStatus();
+    const int32_t half = dims_.head_dim / 2;
+    auto t = hp.Tensor("rope_freqs.weight", Dim{1, "a vector"},
+                       Dim{half, absl::StrCat("half the rotated dimensions (", hp.key("rope.dimension_count"), " = ",
+                                              dims_.head_dim, ")")});
+    if (!t.ok()) return t.status();
+    if (auto s = RequireF32(**t); !s.ok()) return s;
+    // A divisor below 1/1024 would speed a frequency up past any model's and
+    // let pos * inv_freq overflow float32 within kMaxContextLength.
+    constexpr double kMinFactor = 1.0 / 1024;
+    cfg_.rope_freq_factors.resize(static_cast<size_t>(half));
+    std::memcpy(cfg_.rope_freq_factors.data(), (*t)->data, static_cast<size_t>(half) * sizeof(float));
+    for (int32_t i = 0; i < half; ++i) {
+      const float f = cfg_.rope_freq_factors[static_cast<size_t>(i)];
+      if (!std::isfinite(f) || f < kMinFactor || f > hb::kMaxFloat32) {
+        return absl::InvalidArgumentError(absl::StrCat("model file: tensor rope_freqs.weight[", i, "] = ", f,
+                                                       " is not a frequency divisor in [", kMinFactor, ", ",
+                                                       hb::kMaxFloat32, "]"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status BindWeights() {
@@ -163,80 +207,108 @@ class LlamaStyle final : public FamilyBase {
     output_ = bound->output;
     output_norm_ = bound->output_norm;
     const Dim hidden = hp.dim("embedding_length", d.hidden);
-    const Dim one{1, "a norm or bias weight"};
+    const Dim one{1, "a norm weight"};
     if (auto s = RequireF32(*output_norm_); !s.ok()) return s;
 
     const Dim head_dim = hp.dim("attention.key_length", d.head_dim);
     const Dim q_dim = hp.dim("attention.head_count", d.n_heads) * head_dim;
     const Dim kv_dim = hp.dim("attention.head_count_kv", d.n_kv_heads) * head_dim;
     const Dim ffn = hp.dim("feed_forward_length", cfg_.ffn);
-    struct Want {
-      const WeightTensor* LayerWeights::*dst;
-      const char* name;
-      const Dim& rows;
-      const Dim& cols;
-    };
-    const Want wants[] = {
-        {&LayerWeights::attn_norm, "attn_norm.weight", one, hidden}, {&LayerWeights::wq, "attn_q.weight", q_dim, hidden},
-        {&LayerWeights::wk, "attn_k.weight", kv_dim, hidden},        {&LayerWeights::wv, "attn_v.weight", kv_dim, hidden},
-        {&LayerWeights::wo, "attn_output.weight", hidden, q_dim},    {&LayerWeights::ffn_norm, "ffn_norm.weight", one, hidden},
-        {&LayerWeights::gate, "ffn_gate.weight", ffn, hidden},       {&LayerWeights::up, "ffn_up.weight", ffn, hidden},
-        {&LayerWeights::down, "ffn_down.weight", hidden, ffn},
-    };
-    const Want biases[] = {
-        {&LayerWeights::bq, "attn_q.bias", one, q_dim},
-        {&LayerWeights::bk, "attn_k.bias", one, kv_dim},
-        {&LayerWeights::bv, "attn_v.bias", one, kv_dim},
-    };
+    const FusedPart gate_up_parts[] = {{"gate", ffn}, {"up", ffn}};
+    const QkvBias qkv_bias = spec_.qkv_bias_required ? QkvBias::kRequired : QkvBias::kOptional;
     bool has_bias = false;
     for (int32_t il = 0; il < d.n_layers; ++il) {
       const std::string p = absl::StrCat("blk.", il, ".");
       LayerWeights lw{};
-      for (const Want& want : wants) {
-        auto t = hp.Tensor(p + want.name, want.rows, want.cols);
+      auto bind = [&](const WeightTensor*& dst, const char* name, const Dim& rows, const Dim& cols) -> absl::Status {
+        auto t = hp.Tensor(p + name, rows, cols);
         if (!t.ok()) return t.status();
-        lw.*want.dst = *t;
+        dst = *t;
+        return absl::OkStatus();
+      };
+      auto absent = [&](const char* name, const char* because) -> absl::Status {
+        if (weights_->Find(p + name) == nullptr) return absl::OkStatus();
+        return absl::InvalidArgumentError(absl::StrCat("model file: tensor ", p, name, " is unexpected: ", because));
+      };
+      const std::function<absl::Status()> binds[] = {
+          [&] { return bind(lw.attn_norm, "attn_norm.weight", one, hidden); },
+          // Q/K/V and their biases, fused or separate, whichever the file holds.
+          [&]() -> absl::Status {
+            auto qkv = BindQkv(hp, *weights_, il, q_dim, kv_dim, hidden, qkv_bias, views_);
+            if (!qkv.ok()) return qkv.status();
+            lw.wq = qkv->wq;
+            lw.wk = qkv->wk;
+            lw.wv = qkv->wv;
+            lw.bq = qkv->bq;
+            lw.bk = qkv->bk;
+            lw.bv = qkv->bv;
+            return absl::OkStatus();
+          },
+          [&] { return bind(lw.wo, "attn_output.weight", hidden, q_dim); },
+          [&]() -> absl::Status {
+            if (!spec_.qk_norm) return absl::OkStatus();
+            if (auto s = bind(lw.q_norm, "attn_q_norm.weight", one, head_dim); !s.ok()) return s;
+            return bind(lw.k_norm, "attn_k_norm.weight", one, head_dim);
+          },
+          [&] { return bind(lw.ffn_norm, "ffn_norm.weight", one, hidden); },
+          [&]() -> absl::Status {
+            if (!spec_.fused_gate_up) {
+              if (auto s = bind(lw.gate, "ffn_gate.weight", ffn, hidden); !s.ok()) return s;
+              return bind(lw.up, "ffn_up.weight", ffn, hidden);
+            }
+            if (auto s = absent("ffn_gate.weight", "this architecture holds gate and up fused in ffn_up.weight");
+                !s.ok()) {
+              return s;
+            }
+            auto parts = BindFusedRows(hp, p + "ffn_up.weight", gate_up_parts, hidden, views_);
+            if (!parts.ok()) return parts.status();
+            lw.gate = (*parts)[0];
+            lw.up = (*parts)[1];
+            return absl::OkStatus();
+          },
+          [&] { return bind(lw.down, "ffn_down.weight", hidden, ffn); },
+      };
+      for (const auto& b : binds) {
+        if (absl::Status s = b(); !s.ok()) return s;
       }
-      for (const WeightTensor* norm_w : {lw.attn_norm, lw.ffn_norm}) {
+      for (const WeightTensor* norm_w : {lw.attn_norm, lw.ffn_norm, lw.q_norm, lw.k_norm}) {
+        if (norm_w == nullptr) continue;
         if (auto s = RequireF32(*norm_w); !s.ok()) return s;
       }
-      // Biases: all three or none, the same in every layer.
-      const bool want_bias = spec_.qkv_bias_required || weights_->Find(p + "attn_q.bias") != nullptr ||
-                             weights_->Find(p + "attn_k.bias") != nullptr ||
-                             weights_->Find(p + "attn_v.bias") != nullptr;
-      if (il > 0 && want_bias != has_bias) {
-        return absl::InvalidArgumentError(absl::StrCat("model file: layer ", il, (want_bias ? " has" : " lacks"),
+      // Q/K/V biases (BindQkv: all three or none) the same in every layer.
+      const bool layer_bias = lw.bq != nullptr;
+      if (il > 0 && layer_bias != has_bias) {
+        return absl::InvalidArgumentError(absl::StrCat("model file: layer ", il, (layer_bias ? " has" : " lacks"),
                                                        " q/k/v biases, unlike layer 0"));
       }
-      has_bias = want_bias;
-      if (want_bias) {
-        for (const Want& want : biases) {
-          auto t = hp.Tensor(p + want.name, want.rows, want.cols);
-          if (!t.ok()) return t.status();
-          if (auto s = RequireF32(**t); !s.ok()) return s;
-          lw.*want.dst = *t;
+      has_bias = layer_bias;
+      for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"}) {
+        if (weights_->Find(p + name) != nullptr) {
+          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, name, " is not supported for ",
+                                                       spec_.arch, " (this layer has only q/k/v biases)"));
         }
       }
-      for (const char* unmodelled : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"}) {
-        if (weights_->Find(p + unmodelled) != nullptr) {
-          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, unmodelled, " is not supported for ",
-                                                       spec_.arch, " (this layer has only q/k/v biases)"));
+      for (const char* name : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+        if (!spec_.qk_norm && weights_->Find(p + name) != nullptr) {
+          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, name, " is not supported for ",
+                                                       spec_.arch, " (its layer has no q/k norm)"));
         }
       }
       layers_.push_back(lw);
     }
     std::vector<int32_t> rope_variants;
     for (int32_t il = 0; il < d.n_layers; ++il) rope_variants.push_back(rope_plan_.variant_of(il));
-    hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, d.n_layers, d.hidden, d.n_heads,
-                         d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.eps,
-                         output_ == tok_embd_, rope_variants);
+    hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, spec_.qk_norm,
+                         spec_.fused_gate_up, d.n_layers, d.hidden, d.n_heads, d.n_kv_heads, d.head_dim, d.vocab,
+                         cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_freq_factors, cfg_.sliding_window,
+                         cfg_.eps, output_ == tok_embd_, rope_variants);
     return absl::OkStatus();
   }
 
   static absl::Status RequireF32(const WeightTensor& t) {
     if (t.type == DType::kF32) return absl::OkStatus();
     return absl::UnimplementedError(
-        absl::StrCat("tensor ", t.name, ": norm and bias weights must be f32, got ", DTypeName(t.type)));
+        absl::StrCat("tensor ", t.name, ": norm and RoPE factor weights must be f32, got ", DTypeName(t.type)));
   }
 
   const LlamaStyleSpec spec_;
@@ -245,6 +317,7 @@ class LlamaStyle final : public FamilyBase {
   const WeightTensor* output_ = nullptr;
   const WeightTensor* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
+  WeightViews views_;  // parts of fused weights (models/fused_weights.h)
 };
 
 }  // namespace

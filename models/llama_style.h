@@ -3,9 +3,17 @@
 // each with RMSNorm, residual adds, final RMSNorm and a (possibly tied) output
 // projection (HF transformers models/llama/modeling_llama.py).
 //
-// A family file (models/llama.cc, models/qwen2.cc, models/smollm3.cc) states
-// what differs as a LlamaStyleSpec and registers a factory that calls
-// CreateLlamaStyle.
+// A family file (models/llama.cc, qwen2.cc, qwen3.cc, phi3.cc, smollm3.cc)
+// states what differs as a LlamaStyleSpec and registers a factory that calls
+// CreateLlamaStyle. What every family accepts from its file:
+//   - q/k/v as separate attn_{q,k,v}.weight or fused as attn_qkv.weight
+//     ([q; k; v] rows, as llama.cpp's converter writes Phi-3 and fused-QKV
+//     conversions; split in place), their biases in either layout too
+//     (models/qkv_weights.h);
+//   - Llama 3.1 RoPE frequency scaling as rope_freqs.weight [head_dim / 2]
+//     (the per-frequency divisors llama.cpp's converter derives from HF's
+//     rope_type "llama3"), applied through RopeLayer::freq_factors;
+//   - linear RoPE scaling (rope.scaling.type = "linear").
 #ifndef DECODED_MODELS_LLAMA_STYLE_H_
 #define DECODED_MODELS_LLAMA_STYLE_H_
 
@@ -24,19 +32,35 @@ struct LlamaStyleSpec {
   // llama.cpp's converter permutes Q/K rows for arch "llama" (adjacent
   // pairing, LLAMA_ROPE_TYPE_NORM); qwen2 keeps HF's rotate-half (NEOX).
   RopePairing rope_pairing = RopePairing::kAdjacent;
-  // blk.N.attn_{q,k,v}.bias: required (Qwen2) or bound when present (Llama
-  // with attention_bias).
+  // q/k/v biases (blk.N.attn_{q,k,v}.bias, or attn_qkv.bias beside a fused
+  // attn_qkv.weight): required (Qwen2) or bound when present (Llama with
+  // attention_bias).
   bool qkv_bias_required = false;
   // Which layers rotate q and k: null means every layer; otherwise a layer
   // for which it returns false is a NoPE layer (its RopePlan entry does no
   // rotation). SmolLM3: every 4th layer.
   bool (*rope_on_layer)(int32_t layer) = nullptr;
+  // blk.N.attn_{q,k}_norm.weight [head_dim]: RMSNorm of every q and k head
+  // between projection and RoPE (Qwen3). Required when set; a family without
+  // it refuses the tensors (UNIMPLEMENTED).
+  bool qk_norm = false;
+  // blk.N.ffn_up.weight holds [gate; up] (2 x feed_forward_length rows) and
+  // there is no ffn_gate: HF's gate_up_proj as llama.cpp's converter keeps it
+  // (Phi-3).
+  bool fused_gate_up = false;
+  // <arch>.attention.sliding_window (absent or 0: none) windows every layer:
+  // a query at position p sees keys p - w < j <= p, as HF's Phi-3 applies
+  // config.sliding_window (llama.cpp's phi3 loader ignores it).
+  bool sliding_window = false;
 };
 
 // Reads the hyper-parameters of `spec.arch`, binds and shape-checks every
-// tensor. INVALID_ARGUMENT naming the key or tensor for a malformed file;
-// UNIMPLEMENTED for features the layer does not model (Llama 3 frequency
-// scaling, partial rotary, an attention output bias).
+// tensor. INVALID_ARGUMENT naming the key or tensor for a malformed file
+// (including rope_freqs.weight values outside [1/1024, FLT_MAX]); NOT_FOUND
+// naming a missing tensor; UNIMPLEMENTED naming the key or tensor for features
+// the layer does not model (YaRN and other scaling types, Phi-3 LongRoPE
+// rope_factors_{long,short}, partial rotary, attention-output / FFN biases,
+// q/k norms in a family without them).
 absl::StatusOr<std::unique_ptr<DecodeModel>> CreateLlamaStyle(const LlamaStyleSpec& spec,
                                                               std::shared_ptr<const Weights> weights,
                                                               const FamilyOptions& options);

@@ -1,31 +1,11 @@
 #include "models/qkv_weights.h"
 
-#include <utility>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/dtype.h"
 
 namespace decoded {
-
-const WeightTensor* WeightViews::Rows(const WeightTensor& t, int64_t row0, int64_t rows, std::string name) {
-  WeightTensor v = t;
-  v.name = std::move(name);
-  v.rows = rows;
-  v.data = t.data + static_cast<size_t>(row0) * t.row_bytes;
-  views_.push_back(std::move(v));
-  return &views_.back();
-}
-
-const WeightTensor* WeightViews::Columns(const WeightTensor& t, int64_t col0, int64_t cols, std::string name) {
-  WeightTensor v = t;
-  v.name = std::move(name);
-  v.cols = cols;
-  v.row_bytes = static_cast<size_t>(cols) * sizeof(float);
-  v.data = t.data + static_cast<size_t>(col0) * sizeof(float);
-  views_.push_back(std::move(v));
-  return &views_.back();
-}
-
 namespace {
 
 absl::Status RequireF32Bias(const WeightTensor& t) {
@@ -42,30 +22,26 @@ absl::StatusOr<QkvWeights> BindQkv(const HParams& hp, const Weights& weights, in
   const std::string fused_w = p + "attn_qkv.weight", fused_b = p + "attn_qkv.bias";
   const std::string sep_w[3] = {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"};
   const std::string sep_b[3] = {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"};
-  const Dim one{1, "a bias"};
-  const Dim fused_rows{q_dim.value + 2 * kv_dim.value,
-                       absl::StrCat("(", q_dim.source, ") + 2 x (", kv_dim.source, ")")};
-  const int64_t q = q_dim.value, kv = kv_dim.value;
+  const FusedPart parts[] = {{"q", q_dim}, {"k", kv_dim}, {"v", kv_dim}};
 
   QkvWeights out;
   out.fused = weights.Find(fused_w) != nullptr;
   if (out.fused) {
     for (const std::string& s : sep_w) {
       if (weights.Find(s) != nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("model file: layer ", layer, " holds both ", fused_w, " and ", s,
-                                                       " (one Q/K/V layout per layer)"));
+        return absl::InvalidArgumentError(absl::StrCat("model file: tensor ", s, " is unexpected beside the fused ",
+                                                       fused_w, " (one Q/K/V layout per layer)"));
       }
     }
-    auto t = hp.Tensor(fused_w, fused_rows, hidden);
-    if (!t.ok()) return t.status();
-    out.wq = views.Rows(**t, 0, q, fused_w + "[q]");
-    out.wk = views.Rows(**t, q, kv, fused_w + "[k]");
-    out.wv = views.Rows(**t, q + kv, kv, fused_w + "[v]");
+    auto v = BindFusedRows(hp, fused_w, parts, hidden, views);
+    if (!v.ok()) return v.status();
+    out.wq = (*v)[0];
+    out.wk = (*v)[1];
+    out.wv = (*v)[2];
   } else {
-    const Dim* rows[3] = {&q_dim, &kv_dim, &kv_dim};
     const WeightTensor** dst[3] = {&out.wq, &out.wk, &out.wv};
     for (int i = 0; i < 3; ++i) {
-      auto t = hp.Tensor(sep_w[i], *rows[i], hidden);
+      auto t = hp.Tensor(sep_w[i], parts[i].extent, hidden);
       if (!t.ok()) return t.status();
       *dst[i] = *t;
     }
@@ -89,18 +65,17 @@ absl::StatusOr<QkvWeights> BindQkv(const HParams& hp, const Weights& weights, in
   if (bias == QkvBias::kOptional && !has_fused_bias && !has_separate_bias) return out;
   if (has_fused_bias || (out.fused && !has_separate_bias)) {
     // Fused, or required and absent: NOT_FOUND names attn_qkv.bias.
-    auto t = hp.Tensor(fused_b, one, fused_rows);
-    if (!t.ok()) return t.status();
-    if (auto s = RequireF32Bias(**t); !s.ok()) return s;
-    out.bq = views.Columns(**t, 0, q, fused_b + "[q]");
-    out.bk = views.Columns(**t, q, kv, fused_b + "[k]");
-    out.bv = views.Columns(**t, q + kv, kv, fused_b + "[v]");
+    auto v = BindFusedColumns(hp, fused_b, parts, views);
+    if (!v.ok()) return v.status();
+    out.bq = (*v)[0];
+    out.bk = (*v)[1];
+    out.bv = (*v)[2];
     return out;
   }
-  const Dim* cols[3] = {&q_dim, &kv_dim, &kv_dim};
+  const Dim one{1, "a bias"};
   const WeightTensor** dst[3] = {&out.bq, &out.bk, &out.bv};
   for (int i = 0; i < 3; ++i) {
-    auto t = hp.Tensor(sep_b[i], one, *cols[i]);
+    auto t = hp.Tensor(sep_b[i], one, parts[i].extent);
     if (!t.ok()) return t.status();
     if (auto s = RequireF32Bias(**t); !s.ok()) return s;
     *dst[i] = *t;

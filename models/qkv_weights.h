@@ -7,42 +7,20 @@
 // [1, q_dim + 2 kv_dim]); a fused weight with separate biases is accepted as
 // llama.cpp accepts it.
 //
-// A fused tensor is bound as three row ranges viewed in place (WeightViews),
-// so the layer multiplies by Q, K and V exactly as in the separate layout and
-// its graph does not depend on the layout.
+// A fused tensor is bound as three row views (models/fused_weights.h), so
+// the layer multiplies by Q, K and V exactly as in the separate layout and its
+// graph does not depend on the layout.
 #ifndef DECODED_MODELS_QKV_WEIGHTS_H_
 #define DECODED_MODELS_QKV_WEIGHTS_H_
 
 #include <cstdint>
-#include <deque>
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/hparams.h"
 #include "engine/weights.h"
+#include "models/fused_weights.h"
 
 namespace decoded {
-
-// Views into weights a family binds: each is a WeightTensor over part of
-// another tensor's bytes (never copied). Graph nodes point at them, so they
-// live as long as the family that owns this (addresses are stable).
-// Not copyable: a copy would leave graph nodes pointing into the original.
-class WeightViews {
- public:
-  WeightViews() = default;
-  WeightViews(const WeightViews&) = delete;
-  WeightViews& operator=(const WeightViews&) = delete;
-
-  // Rows [row0, row0 + rows) of `t` (any type: rows are whole), named `name`.
-  // The caller has checked the range against t.rows.
-  const WeightTensor* Rows(const WeightTensor& t, int64_t row0, int64_t rows, std::string name);
-  // Columns [col0, col0 + cols) of the single-row f32 tensor `t` (a bias).
-  // The caller has checked t is f32 with one row and the range.
-  const WeightTensor* Columns(const WeightTensor& t, int64_t col0, int64_t cols, std::string name);
-
- private:
-  std::deque<WeightTensor> views_;
-};
 
 struct QkvWeights {
   const WeightTensor* wq = nullptr;  // [q_dim, hidden]

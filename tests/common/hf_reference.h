@@ -30,13 +30,13 @@ namespace decoded::testing {
 struct HfFixture {
   nlohmann::json ref;
   std::shared_ptr<const Weights> weights;
-  std::unique_ptr<DecodeModel> model;  // null (with a test failure) if it did not load
+  std::unique_ptr<DecodeModel> model;  // null (with a test failure) if the family refused the file
 };
 
 // Loads the GGUF at `gguf_path` through the family registry and the reference
 // tests/data/`json_name`; `offset_path` overrides the family's KV-write path.
-inline HfFixture LoadHfFixture(const std::string& gguf_path, const std::string& json_name,
-                               std::optional<KvOffsetPath> offset_path = std::nullopt) {
+inline HfFixture LoadHfGguf(const std::string& gguf_path, const std::string& json_name,
+                            std::optional<KvOffsetPath> offset_path = std::nullopt) {
   HfFixture f;
   std::ifstream in(TestDataPath(json_name));
   EXPECT_TRUE(in.good()) << json_name;
@@ -45,7 +45,8 @@ inline HfFixture LoadHfFixture(const std::string& gguf_path, const std::string& 
   EXPECT_TRUE(file.ok()) << file.status();
   if (!file.ok()) return f;
   auto weights = Weights::FromGguf(std::shared_ptr<const GgufFile>(std::move(*file)));
-  EXPECT_TRUE(weights.ok());
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  if (!weights.ok()) return f;
   f.weights = *weights;
   FamilyOptions opts;
   opts.kv_offset_path = offset_path;
@@ -53,6 +54,11 @@ inline HfFixture LoadHfFixture(const std::string& gguf_path, const std::string& 
   EXPECT_TRUE(model.ok()) << model.status();
   if (model.ok()) f.model = *std::move(model);
   return f;
+}
+
+// tests/data/<name>_tiny.{gguf,json}.
+inline HfFixture LoadHfFixture(const std::string& name, std::optional<KvOffsetPath> offset_path = std::nullopt) {
+  return LoadHfGguf(TestDataPath(name + "_tiny.gguf"), name + "_tiny.json", offset_path);
 }
 
 // Max |ours - reference| over every prompt row (D1, all logits) and every
@@ -91,8 +97,9 @@ inline double MaxAbsErrorVsHf(const DecodeModel& model, const nlohmann::json& re
   return worst;
 }
 
-// `n` greedy decode steps from token `first`, through D2 (`persistent`) or D1;
-// the logits of every step concatenated.
+// `n` greedy decode steps from token `first`, through D2 (`persistent`, the
+// session's held plan) or D1 (a fresh graph per token); every step's logits,
+// concatenated.
 inline std::vector<float> DecodeSteps(const DecodeModel& m, KvCache& kv, DecodeSession& s, Executor& ex,
                                       int32_t first, int n, bool persistent) {
   std::vector<float> all;

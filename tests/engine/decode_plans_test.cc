@@ -1,6 +1,7 @@
 #include "engine/decode_plans.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,57 @@ TEST(DecodeTokenHostTest, PartialRotaryTablesHaveRotDimsOverTwoColumns) {
   ASSERT_EQ(host.rope_cos.size(), 3u * 2u);
   // token 2 (position 7), frequency index 1: 1e4^(-2/4).
   EXPECT_NEAR(host.rope_sin[2 * 2 + 1], std::sin(7 * std::pow(1e4, -0.5)), 1e-6);
+}
+
+// Llama 3.1 / llama.cpp rope_freqs: frequency i is divided by factor i, and
+// layers that differ only in their factors are distinct variants.
+TEST(RopePlanTest, FrequencyFactorsDivideTheirFrequencies) {
+  RopeLayer plain{true, 1e4, 1.0};
+  RopeLayer scaled{true, 1e4, 1.0, {1.0f, 2.0f, 8.0f, 8.0f}};
+  auto plan = RopePlan::Create(std::vector<RopeLayer>{plain, scaled, scaled}, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->n_variants(), 2);
+  EXPECT_EQ(plan->variant_of(1), plan->variant_of(2));
+  const int32_t p = plan->variant_of(0), s = plan->variant_of(1);
+  EXPECT_EQ(plan->inv_freq(s)[0], plan->inv_freq(p)[0]);
+  EXPECT_EQ(plan->inv_freq(s)[1], plan->inv_freq(p)[1] / 2.0f);
+  EXPECT_EQ(plan->inv_freq(s)[3], plan->inv_freq(p)[3] / 8.0f);
+  EXPECT_NEAR(plan->inv_freq(s)[2], std::pow(1e4, -4.0 / 8.0) / 8.0, 1e-9);
+}
+
+TEST(RopePlanTest, RejectsBadFrequencyFactorsNamingTheLayer) {
+  const std::vector<std::vector<float>> bad = {
+      {1.0f, 2.0f},                                                // rot_dims 8 (the whole head) needs 4
+      {1.0f, 0.0f, 1.0f, 1.0f},                                    // zero
+      {1.0f, -2.0f, 1.0f, 1.0f},                                   // negative
+      {1.0f, 1.0f, std::numeric_limits<float>::infinity(), 1.0f},  // not finite
+      {1.0f, 1.0f, 1.0f, std::numeric_limits<float>::quiet_NaN()},
+  };
+  for (const std::vector<float>& factors : bad) {
+    std::vector<RopeLayer> layers = {{true, 1e4, 1.0}, {true, 1e4, 1.0, factors}};
+    auto plan = RopePlan::Create(layers, 8);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("layer 1"), std::string::npos) << plan.status();
+  }
+}
+
+// Partial rotary and frequency factors together: the factors cover the
+// rotated dimensions only (llama.cpp's rope_freqs has n_rot / 2 entries).
+TEST(RopePlanTest, FrequencyFactorsCoverTheRotatedDimsUnderPartialRotary) {
+  std::vector<RopeLayer> layers = {{true, 1e4, 1.0, {1.0f, 4.0f}}};
+  auto plan = RopePlan::Create(layers, 16, RopePairing::kNeox, 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->inv_freq(0).size(), 2u);
+  EXPECT_NEAR(plan->inv_freq(0)[0], 1.0, 1e-9);
+  EXPECT_NEAR(plan->inv_freq(0)[1], std::pow(1e4, -2.0 / 4.0) / 4.0, 1e-9);
+
+  // head_dim / 2 factors are the wrong length once only 4 dimensions rotate.
+  std::vector<RopeLayer> whole_head = {{true, 1e4, 1.0, std::vector<float>(8, 1.0f)}};
+  auto bad = RopePlan::Create(whole_head, 16, RopePairing::kNeox, 4);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("layer 0"), std::string::npos) << bad.status();
 }
 
 // The mask bounds against a dense reference built straight from the seed's

@@ -115,22 +115,12 @@ struct KvEdit {
   bool remove = false;
 };
 
-// One tensor-name change for RewriteKvs: the tensor `from` is called `to`
-// (its shape, type, offset and data unchanged), so `from` goes missing and
-// `to` appears.
-struct TensorRename {
-  std::string from;
-  std::string to;
-};
-
-// A copy of the GGUF file `src` with `edits` applied to its metadata and
-// `renames` to its tensor names. It walks `src` with this writer's own
-// reading of the layout (not the reader under test); tensor infos other than
-// the names and the data are kept byte for byte, the data section moved to
-// the new aligned end of the infos (tensor offsets are relative to it).
+// A copy of the GGUF file `src` with `edits` applied to its metadata. It walks
+// `src` with this writer's own reading of the layout (not the reader under
+// test); tensor infos and data are kept byte for byte, the data section moved
+// to the new aligned end of the infos (tensor offsets are relative to it).
 // Returns an empty vector, with a test failure, when `src` does not walk.
-inline std::vector<uint8_t> RewriteKvs(const std::vector<uint8_t>& src, const std::vector<KvEdit>& edits,
-                                       const std::vector<TensorRename>& renames = {}) {
+inline std::vector<uint8_t> RewriteKvs(const std::vector<uint8_t>& src, const std::vector<KvEdit>& edits) {
   size_t pos = 0;
   bool ok = true;
   auto need = [&](uint64_t n) {
@@ -214,21 +204,17 @@ inline std::vector<uint8_t> RewriteKvs(const std::vector<uint8_t>& src, const st
       ++kept;
     }
   }
-  std::string infos;
+  const size_t infos_start = pos;
   for (uint64_t i = 0; ok && i < n_tensors; ++i) {
-    std::string name = str();
-    for (const TensorRename& r : renames) {
-      if (r.from == name) name = r.to;
-    }
-    const size_t rest = pos;
+    str();
     const uint32_t n_dims = u32();
     bytes(uint64_t{n_dims} * 8 + 4 + 8);  // dims, type, offset
-    if (ok) infos += EncStr(name) + std::string(reinterpret_cast<const char*>(src.data() + rest), pos - rest);
   }
   if (!ok || alignment == 0) {
     ADD_FAILURE() << "RewriteKvs: truncated or unknown value type near byte " << pos;
     return {};
   }
+  const std::string infos(reinterpret_cast<const char*>(src.data() + infos_start), pos - infos_start);
   auto align_up = [alignment](uint64_t x) { return (x + alignment - 1) / alignment * alignment; };
   const size_t data_start = n_tensors > 0 ? align_up(pos) : pos;
   std::string out = "GGUF" + Enc<uint32_t>(version) + Enc<uint64_t>(n_tensors) + Enc<uint64_t>(kept) + kvs + infos;

@@ -36,19 +36,15 @@ namespace {
 // biases) to 15.9 (llama, other pairing); smollm3's other pairing by 15.0.
 constexpr double kTolerance = 5e-5;
 
-using Fixture = testing::HfFixture;
-
-Fixture LoadGguf(const std::string& gguf_path, const std::string& json_name,
-                 std::optional<KvOffsetPath> offset_path = std::nullopt) {
-  return testing::LoadHfFixture(gguf_path, json_name, offset_path);
-}
+namespace wt = ::decoded::testing;
+using Fixture = wt::HfFixture;
 
 Fixture LoadFixture(const std::string& name, std::optional<KvOffsetPath> offset_path = std::nullopt) {
-  return LoadGguf(testing::TestDataPath(name + "_tiny.gguf"), name + "_tiny.json", offset_path);
+  return wt::LoadHfFixture(name, offset_path);
 }
 
 double MaxAbsError(const DecodeModel& model, const nlohmann::json& ref) {
-  return testing::MaxAbsErrorVsHf(model, ref);
+  return wt::MaxAbsErrorVsHf(model, ref);
 }
 
 class LlamaStyleReferenceTest : public ::testing::TestWithParam<std::string> {};
@@ -73,11 +69,6 @@ TEST_P(LlamaStyleReferenceTest, OtherRopePairingExceedsTolerance) {
   EXPECT_GT(err, 10 * kTolerance);
 }
 
-std::vector<float> Steps(const DecodeModel& m, KvCache& kv, DecodeSession& s, Executor& ex, int32_t first, int n,
-                         bool persistent) {
-  return testing::DecodeSteps(m, kv, s, ex, first, n, persistent);
-}
-
 TEST_P(LlamaStyleReferenceTest, HeldPlanIsByteIdenticalToRebuildAndBuildsOnce) {
   Fixture f = LoadFixture(GetParam());
   ASSERT_NE(f.model, nullptr);
@@ -91,9 +82,9 @@ TEST_P(LlamaStyleReferenceTest, HeldPlanIsByteIdenticalToRebuildAndBuildsOnce) {
   constexpr int kTokens = 10;
   DecodeSession unused, session;
   const int64_t b0 = GetEngineCounters().graph_builds, o0 = OptimizerRuns();
-  const std::vector<float> d1 = Steps(m, *kv1, unused, ex, 5, kTokens, /*persistent=*/false);
+  const std::vector<float> d1 = wt::DecodeSteps(m, *kv1, unused, ex, 5, kTokens, /*persistent=*/false);
   const int64_t b1 = GetEngineCounters().graph_builds, o1 = OptimizerRuns();
-  const std::vector<float> d2 = Steps(m, *kv2, session, ex, 5, kTokens, /*persistent=*/true);
+  const std::vector<float> d2 = wt::DecodeSteps(m, *kv2, session, ex, 5, kTokens, /*persistent=*/true);
   const int64_t b2 = GetEngineCounters().graph_builds, o2 = OptimizerRuns();
   ASSERT_EQ(d1.size(), d2.size());
   EXPECT_EQ(std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)), 0);
@@ -114,8 +105,8 @@ TEST_P(LlamaStyleReferenceTest, DeviceOffsetAndSymbolPathsGiveIdenticalLogits) {
   auto kv_d = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, 32);
   auto kv_s = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, 32);
   DecodeSession sd, ss;
-  const std::vector<float> a = Steps(*dev.model, *kv_d, sd, ex, 1, 8, true);
-  const std::vector<float> b = Steps(*sym.model, *kv_s, ss, ex, 1, 8, true);
+  const std::vector<float> a = wt::DecodeSteps(*dev.model, *kv_d, sd, ex, 1, 8, true);
+  const std::vector<float> b = wt::DecodeSteps(*sym.model, *kv_s, ss, ex, 1, 8, true);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   drop_decode_session(sd);
@@ -146,7 +137,7 @@ TEST(Qwen2BrokenVariantTest, ZeroedQkvBiasesExceedTolerance) {
   ASSERT_EQ(zeroed, 3 * f.model->dims().n_layers);
   const std::string path = ::testing::TempDir() + "qwen2_tiny_zero_bias.gguf";
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  Fixture broken = LoadGguf(path, "qwen2_tiny.json");
+  Fixture broken = wt::LoadHfGguf(path, "qwen2_tiny.json");
   ASSERT_NE(broken.model, nullptr);
   const double err = MaxAbsError(*broken.model, broken.ref);
   std::printf("[ measured ] qwen2 without q/k/v biases: max err %.3g\n", err);

@@ -1,6 +1,7 @@
 // The llama-style families' loader on copies of the tiny llama / qwen2
-// fixtures with rewritten keys: what the layer does not model (Llama 3 or
-// YaRN frequency scaling, partial rotary) is UNIMPLEMENTED naming the key;
+// fixtures with rewritten keys: what the layer does not model (scaling types
+// other than linear, e.g. YaRN, partial rotary) is UNIMPLEMENTED naming the
+// key;
 // malformed values are INVALID_ARGUMENT naming the key or tensor; linear
 // scaling becomes the RoPE position scale; an unknown architecture is refused
 // with the supported list.
@@ -47,7 +48,9 @@ TEST(LlamaStyleHparamsTest, FixturesLoadAsTheirFamilies) {
   }
 }
 
-TEST(LlamaStyleHparamsTest, Llama3AndYarnFrequencyScalingAreRefusedNamingTheKey) {
+// Llama 3 scaling is read from rope_freqs.weight (llama_variants_*_test); a
+// "llama3" scaling type is not what llama.cpp's converter writes.
+TEST(LlamaStyleHparamsTest, ScalingTypesOtherThanLinearAreRefusedNamingTheKey) {
   for (const std::string type : {"llama3", "yarn"}) {
     auto m = LoadEdited("llama", {Str("llama.rope.scaling.type", type), F32("llama.rope.scaling.factor", 8.0f)});
     ASSERT_FALSE(m.ok()) << type;

@@ -41,7 +41,7 @@ struct Case {
   std::string name;
   std::string file;
   std::vector<wt::KvEdit> edits;
-  std::vector<wt::TensorRename> renames;
+  std::vector<wt::TensorEdit> renames;  // {name, new_name}
   absl::StatusCode code;
   std::vector<std::string> want;  // substrings of the message
 };

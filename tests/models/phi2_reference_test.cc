@@ -30,7 +30,7 @@ namespace decoded {
 namespace {
 
 using testing::HfFixture;
-using testing::LoadHfFixture;
+using testing::LoadHfGguf;
 using testing::MaxAbsErrorVsHf;
 using testing::PlanOverrideModel;
 
@@ -42,7 +42,7 @@ constexpr double kTolerance = 1e-5;
 
 HfFixture LoadPhi2(const std::string& gguf = "phi2_tiny.gguf",
                    std::optional<KvOffsetPath> offset_path = std::nullopt) {
-  return LoadHfFixture(testing::TestDataPath(gguf), "phi2_tiny.json", offset_path);
+  return LoadHfGguf(testing::TestDataPath(gguf), "phi2_tiny.json", offset_path);
 }
 
 class Phi2LayoutTest : public ::testing::TestWithParam<std::string> {};

@@ -1,6 +1,7 @@
 // BindQkv (models/qkv_weights.h) on the phi2 fixtures, whose two files hold
 // the same Q/K/V separately and fused: the fused views are the separate
 // tensors' bytes, and each bias policy accepts or refuses what it should.
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "models/qkv_weights.h"
 #include "tests/common/model_path.h"
+#include "tests/gguf/gguf_tensor_rewrite.h"
 #include "tests/gguf/gguf_test_writer.h"
 
 namespace decoded {
@@ -18,8 +20,10 @@ namespace {
 namespace wt = ::decoded::testing;
 using ::testing::HasSubstr;
 
-std::shared_ptr<const Weights> Load(const std::string& name, const std::vector<wt::TensorRename>& renames = {}) {
-  auto file = wt::OpenBytes(wt::RewriteKvs(wt::ReadFileBytes(wt::TestDataPath(name)), {}, renames), name);
+std::shared_ptr<const Weights> Load(const std::string& name, const std::vector<wt::TensorEdit>& renames = {}) {
+  std::vector<uint8_t> bytes = wt::ReadFileBytes(wt::TestDataPath(name));
+  if (!renames.empty()) bytes = wt::RewriteTensors(bytes, renames);
+  auto file = wt::OpenBytes(bytes, name);
   EXPECT_TRUE(file.ok()) << file.status();
   auto weights = Weights::FromGguf(std::shared_ptr<const GgufFile>(std::move(*file)));
   EXPECT_TRUE(weights.ok()) << weights.status();

@@ -36,7 +36,7 @@ TEST(SmolLM3HparamsTest, FixtureLoadsWithTheDeviceOffsetPathAndTiedOutput) {
 struct Case {
   std::string name;
   std::vector<wt::KvEdit> edits;
-  std::vector<wt::TensorRename> renames;
+  std::vector<wt::TensorEdit> renames;  // {name, new_name}
   absl::StatusCode code;
   std::vector<std::string> want;
 };

@@ -13,7 +13,6 @@
 #include "engine/decode_driver.h"
 #include "gtest/gtest.h"
 #include "tests/common/hf_reference.h"
-#include "tests/common/model_path.h"
 #include "tests/common/plan_override_model.h"
 
 namespace decoded {
@@ -26,7 +25,7 @@ using testing::HfFixture;
 constexpr double kTolerance = 5e-5;
 
 HfFixture LoadSmolLM3() {
-  return testing::LoadHfFixture(testing::TestDataPath("smollm3_tiny.gguf"), "smollm3_tiny.json");
+  return testing::LoadHfFixture("smollm3");
 }
 
 TEST(SmolLM3Test, EveryFourthLayerIsNoPeAsTransformersConfiguresIt) {
