@@ -40,7 +40,8 @@ token per forward through HF's cache, cross-checked against one uncached forward
 --check-llamacpp runs llama.cpp (llama-cpp-python, tools/install_llama_cpp.sh) on the committed fixtures instead: each
 GGUF is rewritten to a temporary copy with the two keys llama.cpp needs to load a file without a tokenizer
 (tokenizer.ggml.model = "none", <arch>.vocab_size), evaluated over prompt + decode ids with logits for every position,
-and compared with the HF logits. Measured: qwen3 and llama3rope within 1.5e-5 at every position; phi3 within 3e-6
+and compared with the HF logits. Measured: qwen3 and llama3rope within 1.5e-5 at every position; glm4 within 3.7e-6
+at every position (so llama.cpp reads this layout, unpermuted Q/K with its NORM pairing, as HF computes); phi3 within 3e-6
 inside its window of 6 and off by up to 4.0 after it, because llama.cpp's phi3 loader disables the sliding window
 the GGUF states while HF applies it.
 Usage: python3 tools/make_llama_variant_fixtures.py [--out-dir tests/data] [--only qwen3,phi3,llama3rope,glm4]
