@@ -329,7 +329,7 @@ class LlamaStyle final : public FamilyBase {
       for (const char* name : {"post_attention_norm.weight", "post_ffw_norm.weight"}) {
         if (!spec_.post_norms && weights_->Find(p + name) != nullptr) {
           return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, name, " is not supported for ",
-                                                       spec_.arch, " (its layer has no post-attention/post-FFN norms)"));
+                                                       spec_.arch, " (its layer has no post-attention / FFN norms)"));
         }
       }
       layers_.push_back(lw);
@@ -337,9 +337,9 @@ class LlamaStyle final : public FamilyBase {
     std::vector<int32_t> rope_variants;
     for (int32_t il = 0; il < d.n_layers; ++il) rope_variants.push_back(rope_plan_.variant_of(il));
     hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, spec_.qk_norm,
-                         spec_.fused_gate_up, spec_.post_norms, cfg_.rot_dims, d.n_layers, d.hidden, d.n_heads, d.n_kv_heads, d.head_dim, d.vocab,
-                         cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_freq_factors, cfg_.sliding_window,
-                         cfg_.eps, output_ == tok_embd_, rope_variants);
+                         spec_.fused_gate_up, spec_.post_norms, cfg_.rot_dims, d.n_layers, d.hidden, d.n_heads,
+                         d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale,
+                         cfg_.rope_freq_factors, cfg_.sliding_window, cfg_.eps, output_ == tok_embd_, rope_variants);
     return absl::OkStatus();
   }
 
