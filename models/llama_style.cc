@@ -23,6 +23,7 @@ struct LlamaStyleConfig {
   int32_t ffn = 0;
   double rope_base = 10000.0;  // llama.cpp's default
   double rope_freq_scale = 1.0;
+  int32_t rot_dims = 0;                  // rope.dimension_count: leading dims of each head that rotate
   std::vector<float> rope_freq_factors;  // rope_freqs.weight; empty without it
   int32_t sliding_window = 0;            // 0: none
   double eps = 1e-5;
@@ -32,6 +33,7 @@ struct LayerWeights {
   const WeightTensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
   const WeightTensor *bq = nullptr, *bk = nullptr, *bv = nullptr;  // all or none
   const WeightTensor *q_norm = nullptr, *k_norm = nullptr;         // LlamaStyleSpec::qk_norm
+  const WeightTensor *post_attn_norm = nullptr, *post_ffn_norm = nullptr;  // LlamaStyleSpec::post_norms
 };
 
 class LlamaStyle final : public FamilyBase {
@@ -74,12 +76,14 @@ class LlamaStyle final : public FamilyBase {
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
     NodeId a = in.attention(q, k, v, {.scale = scale});
     a = g.matmul(g.weight(*w.wo), a, p + "attn_output");
+    if (w.post_attn_norm != nullptr) a = g.rms_norm(a, g.weight(*w.post_attn_norm), eps, p + "post_attention_norm");
     const NodeId x = g.add(in.x, a, p + "attn_residual");
 
     h = g.rms_norm(x, g.weight(*w.ffn_norm), eps, p + "ffn_norm");
     const NodeId gate = g.matmul(g.weight(*w.gate), h, p + "ffn_gate");
     const NodeId up = g.matmul(g.weight(*w.up), h, p + "ffn_up");
-    const NodeId f = g.matmul(g.weight(*w.down), g.swiglu(gate, up, p + "ffn_swiglu"), p + "ffn_down");
+    NodeId f = g.matmul(g.weight(*w.down), g.swiglu(gate, up, p + "ffn_swiglu"), p + "ffn_down");
+    if (w.post_ffn_norm != nullptr) f = g.rms_norm(f, g.weight(*w.post_ffn_norm), eps, p + "post_ffw_norm");
     return g.add(x, f, p + "ffn_residual");
   }
 
@@ -106,14 +110,27 @@ class LlamaStyle final : public FamilyBase {
     if (absl::Status s = ReadTransformerDims(hp, d, &cfg_.ffn); !s.ok()) return s;
     const std::function<absl::Status()> reads[] = {
         // More rotated dimensions than the head holds is a malformed file;
-        // fewer (partial rotary) is another family's feature.
+        // fewer (partial rotary) only a family that states it rotates part of
+        // a head (its pairing then applies within the rotated part).
         [&]() -> absl::Status {
           auto rot = hp.IntOr("rope.dimension_count", d.head_dim, {2, d.head_dim, hp.key("attention.key_length"), 2});
           if (!rot.ok()) return rot.status();
-          if (*rot == d.head_dim) return absl::OkStatus();
+          cfg_.rot_dims = *rot;
+          if (*rot == d.head_dim || spec_.partial_rotary) return absl::OkStatus();
           return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.dimension_count"), " = ", *rot,
                                                        " rotates part of a head of ", d.head_dim,
                                                        "; partial rotary is not supported for ", spec_.arch));
+        },
+        // Multi-token-prediction layers (GLM-OCR's NextN) are counted in
+        // block_count but are not decoder layers.
+        [&]() -> absl::Status {
+          if (weights_->file().Find(hp.key("nextn_predict_layers")) == nullptr) return absl::OkStatus();
+          auto n = hp.Int("nextn_predict_layers", {0, d.n_layers});
+          if (!n.ok()) return n.status();
+          if (*n == 0) return absl::OkStatus();
+          return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("nextn_predict_layers"), " = ", *n,
+                                                       ": NextN / multi-token-prediction layers are not supported for ",
+                                                       spec_.arch));
         },
         [&] { return assign(context_length_, hp.Int("context_length", {1, hb::kMaxContextLength})); },
         [&]() -> absl::Status {
@@ -139,7 +156,7 @@ class LlamaStyle final : public FamilyBase {
       const bool rotates = spec_.rope_on_layer == nullptr || spec_.rope_on_layer(il);
       ropes.push_back(RopeLayer{rotates, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_freq_factors});
     }
-    auto rp = RopePlan::Create(ropes, d.head_dim, spec_.rope_pairing);
+    auto rp = RopePlan::Create(ropes, d.head_dim, spec_.rope_pairing, cfg_.rot_dims);
     if (!rp.ok()) return rp.status();
     rope_plan_ = *std::move(rp);
     return absl::OkStatus();
@@ -159,6 +176,12 @@ class LlamaStyle final : public FamilyBase {
                                                      spec_.arch));
       }
     }
+    // M-RoPE (GLM-4V, Qwen2-VL) splits the rotated pairs into sections
+    // rotated by different position axes.
+    if (weights_->file().Find(hp.key("rope.dimension_sections")) != nullptr) {
+      return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.dimension_sections"),
+                                                   " (multi-axis M-RoPE) is not supported for ", spec_.arch));
+    }
     std::string type = "none";
     if (weights_->file().Find(hp.key("rope.scaling.type")) != nullptr) {
       auto t = weights_->file().GetString(hp.key("rope.scaling.type"));
@@ -176,10 +199,10 @@ class LlamaStyle final : public FamilyBase {
     }
 
     if (weights_->Find("rope_freqs.weight") == nullptr) return absl::OkStatus();
-    const int32_t half = dims_.head_dim / 2;
+    const int32_t half = cfg_.rot_dims / 2;
     auto t = hp.Tensor("rope_freqs.weight", Dim{1, "a vector"},
                        Dim{half, absl::StrCat("half the rotated dimensions (", hp.key("rope.dimension_count"), " = ",
-                                              dims_.head_dim, ")")});
+                                              cfg_.rot_dims, ")")});
     if (!t.ok()) return t.status();
     if (auto s = RequireF32(**t); !s.ok()) return s;
     // A divisor below 1/1024 would speed a frequency up past any model's and
@@ -250,6 +273,10 @@ class LlamaStyle final : public FamilyBase {
             if (auto s = bind(lw.q_norm, "attn_q_norm.weight", one, head_dim); !s.ok()) return s;
             return bind(lw.k_norm, "attn_k_norm.weight", one, head_dim);
           },
+          [&]() -> absl::Status {
+            if (!spec_.post_norms) return absl::OkStatus();
+            return bind(lw.post_attn_norm, "post_attention_norm.weight", one, hidden);
+          },
           [&] { return bind(lw.ffn_norm, "ffn_norm.weight", one, hidden); },
           [&]() -> absl::Status {
             if (!spec_.fused_gate_up) {
@@ -267,11 +294,16 @@ class LlamaStyle final : public FamilyBase {
             return absl::OkStatus();
           },
           [&] { return bind(lw.down, "ffn_down.weight", hidden, ffn); },
+          [&]() -> absl::Status {
+            if (!spec_.post_norms) return absl::OkStatus();
+            return bind(lw.post_ffn_norm, "post_ffw_norm.weight", one, hidden);
+          },
       };
       for (const auto& b : binds) {
         if (absl::Status s = b(); !s.ok()) return s;
       }
-      for (const WeightTensor* norm_w : {lw.attn_norm, lw.ffn_norm, lw.q_norm, lw.k_norm}) {
+      for (const WeightTensor* norm_w :
+           {lw.attn_norm, lw.ffn_norm, lw.q_norm, lw.k_norm, lw.post_attn_norm, lw.post_ffn_norm}) {
         if (norm_w == nullptr) continue;
         if (auto s = RequireF32(*norm_w); !s.ok()) return s;
       }
@@ -294,14 +326,20 @@ class LlamaStyle final : public FamilyBase {
                                                        spec_.arch, " (its layer has no q/k norm)"));
         }
       }
+      for (const char* name : {"post_attention_norm.weight", "post_ffw_norm.weight"}) {
+        if (!spec_.post_norms && weights_->Find(p + name) != nullptr) {
+          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, name, " is not supported for ",
+                                                       spec_.arch, " (its layer has no post-attention / FFN norms)"));
+        }
+      }
       layers_.push_back(lw);
     }
     std::vector<int32_t> rope_variants;
     for (int32_t il = 0; il < d.n_layers; ++il) rope_variants.push_back(rope_plan_.variant_of(il));
     hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, spec_.qk_norm,
-                         spec_.fused_gate_up, d.n_layers, d.hidden, d.n_heads, d.n_kv_heads, d.head_dim, d.vocab,
-                         cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_freq_factors, cfg_.sliding_window,
-                         cfg_.eps, output_ == tok_embd_, rope_variants);
+                         spec_.fused_gate_up, spec_.post_norms, cfg_.rot_dims, d.n_layers, d.hidden, d.n_heads,
+                         d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale,
+                         cfg_.rope_freq_factors, cfg_.sliding_window, cfg_.eps, output_ == tok_embd_, rope_variants);
     return absl::OkStatus();
   }
 

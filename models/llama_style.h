@@ -3,14 +3,15 @@
 // each with RMSNorm, residual adds, final RMSNorm and a (possibly tied) output
 // projection (HF transformers models/llama/modeling_llama.py).
 //
-// A family file (models/llama.cc, qwen2.cc, qwen3.cc, phi3.cc, smollm3.cc)
+// A family file (models/llama.cc, qwen2.cc, qwen3.cc, phi3.cc, smollm3.cc,
+// glm4.cc)
 // states what differs as a LlamaStyleSpec and registers a factory that calls
 // CreateLlamaStyle. What every family accepts from its file:
 //   - q/k/v as separate attn_{q,k,v}.weight or fused as attn_qkv.weight
 //     ([q; k; v] rows, as llama.cpp's converter writes Phi-3 and fused-QKV
 //     conversions; split in place), their biases in either layout too
 //     (models/qkv_weights.h);
-//   - Llama 3.1 RoPE frequency scaling as rope_freqs.weight [head_dim / 2]
+//   - Llama 3.1 RoPE frequency scaling as rope_freqs.weight [rot_dims / 2]
 //     (the per-frequency divisors llama.cpp's converter derives from HF's
 //     rope_type "llama3"), applied through RopeLayer::freq_factors;
 //   - linear RoPE scaling (rope.scaling.type = "linear").
@@ -52,6 +53,18 @@ struct LlamaStyleSpec {
   // a query at position p sees keys p - w < j <= p, as HF's Phi-3 applies
   // config.sliding_window (llama.cpp's phi3 loader ignores it).
   bool sliding_window = false;
+  // <arch>.rope.dimension_count may be below the head size: only its leading
+  // dimensions rotate (RopePlan::rot_dims), paired by rope_pairing within
+  // them, with frequencies spread over the rotated dimensions as HF's
+  // partial_rotary_factor does (GLM-4: half of each head). A family without
+  // it refuses such a file (UNIMPLEMENTED).
+  bool partial_rotary = false;
+  // blk.N.post_attention_norm.weight and blk.N.post_ffw_norm.weight [hidden]:
+  // RMSNorm of the attention output (after attn_output) and of the FFN output
+  // (after ffn_down), each before its residual add ("sandwich" norms, GLM-4's
+  // post_self_attn_layernorm / post_mlp_layernorm). Required when set; a
+  // family without them refuses the tensors (UNIMPLEMENTED).
+  bool post_norms = false;
 };
 
 // Reads the hyper-parameters of `spec.arch`, binds and shape-checks every
@@ -59,8 +72,8 @@ struct LlamaStyleSpec {
 // (including rope_freqs.weight values outside [1/1024, FLT_MAX]); NOT_FOUND
 // naming a missing tensor; UNIMPLEMENTED naming the key or tensor for features
 // the layer does not model (YaRN and other scaling types, Phi-3 LongRoPE
-// rope_factors_{long,short}, partial rotary, attention-output / FFN biases,
-// q/k norms in a family without them).
+// rope_factors_{long,short}, attention-output / FFN biases, and partial
+// rotary, q/k norms or post norms in a family without them).
 absl::StatusOr<std::unique_ptr<DecodeModel>> CreateLlamaStyle(const LlamaStyleSpec& spec,
                                                               std::shared_ptr<const Weights> weights,
                                                               const FamilyOptions& options);

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Builds tiny random-weight Qwen3, Phi-3 and Llama-3-RoPE models and their Hugging Face reference logits.
+"""Builds tiny random-weight Qwen3, Phi-3, Llama-3-RoPE and GLM-4 models and their Hugging Face reference logits.
 
-The three fixtures cover what the llama-style layer (models/llama_style.cc) does beyond Llama 2 / Qwen2:
+The four fixtures cover what the llama-style layer (models/llama_style.cc) does beyond Llama 2 / Qwen2:
   qwen3_tiny         `Qwen3ForCausalLM`: per-head RMSNorm on q and k before RoPE, no biases, and a head size (16)
                      that differs from hidden / heads (32 / 4 = 8), so q is wider than the residual stream;
   phi3_tiny          `Phi3ForCausalLM`: fused qkv_proj and gate_up_proj, NEOX RoPE, a sliding window of 6 that the
                      prompt plus decode steps cross, untied output;
   llama3rope_tiny    `LlamaForCausalLM` with rope_type "llama3" (factor 8, low/high frequency factors 1 / 4,
                      original context 64): of its 8 frequencies one is kept, two are smoothed and five divided by 8,
-                     and the 16-token prompt plus 12 decode steps run the positions where that changes the angles.
+                     and the 16-token prompt plus 12 decode steps run the positions where that changes the angles;
+  glm4_tiny          `Glm4ForCausalLM` (GLM-4-0414): partial rotary (factor 0.5: 8 of 16 head dims rotate, as
+                     adjacent pairs 2i / 2i+1, HF's interleaved rotate_half), sandwich norms (post_self_attn_layernorm
+                     on the attention output and post_mlp_layernorm on the MLP output, each before its residual add),
+                     fused gate_up_proj, q/k/v biases, GQA 2:1, head size 16 over hidden 32 (q wider, as GLM-4-32B),
+                     3 layers, untied output.
 
 Each GGUF is written as llama.cpp's convert_hf_to_gguf.py writes that architecture (conversion/llama.py, qwen.py,
 phi.py; read, not copied):
@@ -21,7 +26,12 @@ phi.py; read, not copied):
           unpermuted (NEOX), q_norm / k_norm as attn_q_norm / attn_k_norm;
   phi3    Phi3MiniModel's own keys (rope.dimension_count = partial_rotary_factor * hidden / heads,
           rope.scaling.original_context_length, attention.sliding_window, 0 when the config has none); qkv_proj as
-          blk.N.attn_qkv ([q; k; v] rows) and gate_up_proj as blk.N.ffn_up ([gate; up] rows, 2 x FFN), unsplit.
+          blk.N.attn_qkv ([q; k; v] rows) and gate_up_proj as blk.N.ffn_up ([gate; up] rows, 2 x FFN), unsplit;
+  glm4    Glm4Model's keys (conversion/glm.py): TextModel's (key/value_length from config.head_dim) plus
+          rope.dimension_count = head_dim * partial_rotary_factor; tensors unpermuted (llama.cpp runs GLM-4 with
+          LLAMA_ROPE_TYPE_NORM, which is HF's interleaved pairing as stored), gate_up_proj as blk.N.ffn_up unsplit,
+          post_self_attn_layernorm as blk.N.post_attention_norm, post_attention_layernorm as blk.N.ffn_norm and
+          post_mlp_layernorm as blk.N.post_ffw_norm.
 Weights are float32; the GGUF carries no tokenizer (the tests feed token ids). Each fixture stays under 200 KB.
 
 Reference logits, prompt and JSON layout are those of tools/make_llama_fixture.py (prefill, then greedy decode one
@@ -30,10 +40,11 @@ token per forward through HF's cache, cross-checked against one uncached forward
 --check-llamacpp runs llama.cpp (llama-cpp-python, tools/install_llama_cpp.sh) on the committed fixtures instead: each
 GGUF is rewritten to a temporary copy with the two keys llama.cpp needs to load a file without a tokenizer
 (tokenizer.ggml.model = "none", <arch>.vocab_size), evaluated over prompt + decode ids with logits for every position,
-and compared with the HF logits. Measured: qwen3 and llama3rope within 1.5e-5 at every position; phi3 within 3e-6
+and compared with the HF logits. Measured: qwen3 and llama3rope within 1.5e-5 at every position; glm4 within 3.7e-6
+at every position (so llama.cpp reads this layout, unpermuted Q/K with its NORM pairing, as HF computes); phi3 within 3e-6
 inside its window of 6 and off by up to 4.0 after it, because llama.cpp's phi3 loader disables the sliding window
 the GGUF states while HF applies it.
-Usage: python3 tools/make_llama_variant_fixtures.py [--out-dir tests/data] [--only qwen3,phi3,llama3rope]
+Usage: python3 tools/make_llama_variant_fixtures.py [--out-dir tests/data] [--only qwen3,phi3,llama3rope,glm4]
                                                      [--check-llamacpp]
 """
 
@@ -55,8 +66,8 @@ try:
     import gguf
     import torch
     import transformers
-    from transformers import (LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    from transformers import (Glm4Config, Glm4ForCausalLM, LlamaConfig, LlamaForCausalLM, Phi3Config,
+                              Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 except ImportError as exc:
     sys.exit(f"make_llama_variant_fixtures: missing dependency ({exc}); "
              "pip install -r tools/requirements-reference.txt")
@@ -97,6 +108,9 @@ SPECS = [
                 rope_parameters={"rope_type": "llama3", "rope_theta": 10_000.0, "factor": 8.0,
                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                  "original_max_position_embeddings": 64}),
+    FixtureSpec(name="glm4", arch="glm4", seed=19, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-5, tied=False,
+                n_layers=3, prompt_len=9, decode_steps=10,
+                rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.5}),
 ]
 
 
@@ -114,6 +128,9 @@ def build_model(spec: FixtureSpec):
         cfg = Phi3Config(original_max_position_embeddings=MAX_POS, sliding_window=spec.sliding_window,
                          pad_token_id=0, **common)
         cls = Phi3ForCausalLM
+    elif spec.arch == "glm4":
+        cfg = Glm4Config(head_dim=spec.head_dim, attention_bias=True, pad_token_id=0, **common)
+        cls = Glm4ForCausalLM
     else:
         cfg = LlamaConfig(head_dim=spec.head_dim, attention_bias=False, mlp_bias=False, **common)
         cls = LlamaForCausalLM
@@ -132,6 +149,8 @@ def build_model(spec: FixtureSpec):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
             elif p.ndim == 2:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            elif name.endswith("_proj.bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
             else:
                 raise RuntimeError(f"unexpected parameter {name} {tuple(p.shape)}")
     if spec.tied:
@@ -189,8 +208,11 @@ def write_gguf(path: Path, spec: FixtureSpec, model, loadable_by_llamacpp: bool 
     if spec.arch == "llama":
         w.add_vocab_size(VOCAB)
         w.add_rope_dimension_count(spec.head_dim)
+    if spec.arch == "glm4":
+        w.add_rope_dimension_count(int(spec.head_dim * cfg.rope_parameters.get("partial_rotary_factor", 0.5)))
 
-    arch_id = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3, "phi3": gguf.MODEL_ARCH.PHI3}[spec.arch]
+    arch_id = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3, "phi3": gguf.MODEL_ARCH.PHI3,
+               "glm4": gguf.MODEL_ARCH.GLM4}[spec.arch]
     name_map = gguf.get_tensor_name_map(arch_id, cfg.num_hidden_layers)
     table = []
     if spec.rope_parameters.get("rope_type") == "llama3":
