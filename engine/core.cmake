@@ -19,4 +19,4 @@ add_library(decoded_core
 target_include_directories(decoded_core PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(decoded_core PUBLIC decoded_base decoded_gguf decoded_quant
   absl::status absl::statusor absl::strings absl::span absl::synchronization absl::flat_hash_map
-  absl::node_hash_map absl::hash Threads::Threads)
+  absl::node_hash_map absl::hash absl::function_ref Threads::Threads)

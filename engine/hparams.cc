@@ -155,15 +155,22 @@ Dim HParams::dim(std::string_view k, int64_t value) const {
 }
 
 absl::StatusOr<const WeightTensor*> HParams::Tensor(std::string_view name, const Dim& rows, const Dim& cols) const {
+  return Tensor3(name, Dim{1, "a 2-D weight"}, rows, cols);
+}
+
+absl::StatusOr<const WeightTensor*> HParams::Tensor3(std::string_view name, const Dim& planes, const Dim& rows,
+                                                     const Dim& cols) const {
   absl::StatusOr<const WeightTensor*> t = weights_.Get(name);
   if (!t.ok()) return t.status();
   const WeightTensor& w = **t;
   auto check = [&w](const Dim& want, int64_t have, std::string_view axis) -> absl::Status {
     if (want.value < 0 || want.value == have) return absl::OkStatus();
-    return ModelFileError(absl::StrCat("tensor ", w.name, " has shape [", w.rows, ", ", w.cols, "], but ",
-                                       want.source, " requires ", want.value, " ",
-                                       absl::string_view(axis.data(), axis.size())));
+    const std::string shape = w.planes == 1 ? absl::StrCat("[", w.rows, ", ", w.cols, "]")
+                                            : absl::StrCat("[", w.planes, ", ", w.rows, ", ", w.cols, "]");
+    return ModelFileError(absl::StrCat("tensor ", w.name, " has shape ", shape, ", but ", want.source, " requires ",
+                                       want.value, " ", absl::string_view(axis.data(), axis.size())));
   };
+  if (absl::Status s = check(planes, w.planes, "planes"); !s.ok()) return s;
   if (absl::Status s = check(rows, w.rows, "rows"); !s.ok()) return s;
   if (absl::Status s = check(cols, w.cols, "columns"); !s.ok()) return s;
   return t;

@@ -78,6 +78,8 @@ class HParams {
  public:
   HParams(const Weights& weights, std::string arch) : weights_(weights), arch_(std::move(arch)) {}
 
+  const Weights& weights() const { return weights_; }
+
   // "<arch>.<k>".
   std::string key(std::string_view k) const { return arch_ + "." + std::string(k); }
 
@@ -103,7 +105,12 @@ class HParams {
 
   // The weight `name`, whose shape must be [rows, cols] (GGUF ne = {cols,
   // rows}); the mismatch message names the keys of the failing extent.
+  // A 3-D weight is refused here (its plane count is not 1).
   absl::StatusOr<const WeightTensor*> Tensor(std::string_view name, const Dim& rows, const Dim& cols) const;
+  // The 3-D weight `name` of shape [planes, rows, cols] (GGUF ne = {cols,
+  // rows, planes}), e.g. an MoE layer's experts, one plane each.
+  absl::StatusOr<const WeightTensor*> Tensor3(std::string_view name, const Dim& planes, const Dim& rows,
+                                              const Dim& cols) const;
 
  private:
   const Weights& weights_;

@@ -13,12 +13,13 @@ absl::StatusOr<std::shared_ptr<const Weights>> Weights::FromGguf(std::shared_ptr
   std::shared_ptr<Weights> w(new Weights());
   w->instance_id_ = g_next_weights_id.fetch_add(1);
   for (const GgufTensorInfo& t : file->tensors()) {
-    if (t.n_dims > 2 || t.ne[2] != 1 || t.ne[3] != 1) continue;  // no >2-D weights in supported families
+    if (t.n_dims > 3 || t.ne[3] != 1) continue;  // no 4-D weights in supported families
     WeightTensor wt;
     wt.name = t.name;
     wt.type = t.type;
     wt.cols = t.ne[0];
     wt.rows = t.n_dims >= 2 ? t.ne[1] : 1;
+    wt.planes = t.n_dims >= 3 ? t.ne[2] : 1;
     auto rb = RowBytes(t.type, wt.cols);
     if (!rb) return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": row of ", wt.cols,
                                                             " elements is not whole blocks of ", DTypeName(t.type)));
@@ -38,6 +39,11 @@ const WeightTensor* Weights::Find(std::string_view name) const {
 absl::StatusOr<const WeightTensor*> Weights::Get(std::string_view name, int64_t rows, int64_t cols) const {
   const WeightTensor* t = Find(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("model file has no tensor ", std::string(name)));
+  if (t->planes != 1 && (rows >= 0 || cols >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", std::string(name), " has shape [", t->planes, ", ",
+                                                   t->rows, ", ", t->cols, "], expected 2-D [", rows, ", ", cols,
+                                                   "]"));
+  }
   if ((rows >= 0 && t->rows != rows) || (cols >= 0 && t->cols != cols)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", std::string(name), " has shape [", t->rows, ", ", t->cols,
                                                    "], expected [", rows, ", ", cols, "]"));

@@ -27,7 +27,8 @@ class Weights {
   const GgufFile& file() const { return *file_; }
 
   // NOT_FOUND naming the tensor if absent; INVALID_ARGUMENT if its shape is
-  // not [rows, cols] (GGUF ne = {cols, rows}) when rows/cols are given (>= 0).
+  // not [rows, cols] (GGUF ne = {cols, rows}) when rows/cols are given (>= 0),
+  // a 3-D tensor included. Tensors of up to three dimensions are held.
   absl::StatusOr<const WeightTensor*> Get(std::string_view name, int64_t rows = -1, int64_t cols = -1) const;
   const WeightTensor* Find(std::string_view name) const;
 

@@ -13,6 +13,7 @@
 #include "engine/hparams.h"
 #include "models/family_base.h"
 #include "models/fused_weights.h"
+#include "models/moe_ffn.h"
 #include "models/qkv_weights.h"
 #include "models/transformer_dims.h"
 
@@ -27,10 +28,13 @@ struct LlamaStyleConfig {
   std::vector<float> rope_freq_factors;  // rope_freqs.weight; empty without it
   int32_t sliding_window = 0;            // 0: none
   double eps = 1e-5;
+  MoeFfnConfig moe;  // LlamaFfn::kMoeSwiGlu only
 };
 
 struct LayerWeights {
-  const WeightTensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
+  const WeightTensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm;
+  const WeightTensor *gate = nullptr, *up = nullptr, *down = nullptr;  // LlamaFfn::kSwiGlu
+  MoeFfnWeights moe;                                                      // LlamaFfn::kMoeSwiGlu
   const WeightTensor *bq = nullptr, *bk = nullptr, *bv = nullptr;  // all or none
   const WeightTensor *q_norm = nullptr, *k_norm = nullptr;         // LlamaStyleSpec::qk_norm
   const WeightTensor *post_attn_norm = nullptr, *post_ffn_norm = nullptr;  // LlamaStyleSpec::post_norms
@@ -80,9 +84,14 @@ class LlamaStyle final : public FamilyBase {
     const NodeId x = g.add(in.x, a, p + "attn_residual");
 
     h = g.rms_norm(x, g.weight(*w.ffn_norm), eps, p + "ffn_norm");
-    const NodeId gate = g.matmul(g.weight(*w.gate), h, p + "ffn_gate");
-    const NodeId up = g.matmul(g.weight(*w.up), h, p + "ffn_up");
-    NodeId f = g.matmul(g.weight(*w.down), g.swiglu(gate, up, p + "ffn_swiglu"), p + "ffn_down");
+    NodeId f;
+    if (spec_.ffn == LlamaFfn::kMoeSwiGlu) {
+      f = BuildMoeFfn(g, h, w.moe, cfg_.moe, p);
+    } else {
+      const NodeId gate = g.matmul(g.weight(*w.gate), h, p + "ffn_gate");
+      const NodeId up = g.matmul(g.weight(*w.up), h, p + "ffn_up");
+      f = g.matmul(g.weight(*w.down), g.swiglu(gate, up, p + "ffn_swiglu"), p + "ffn_down");
+    }
     if (w.post_ffn_norm != nullptr) f = g.rms_norm(f, g.weight(*w.post_ffn_norm), eps, p + "post_ffw_norm");
     return g.add(x, f, p + "ffn_residual");
   }
@@ -144,6 +153,10 @@ class LlamaStyle final : public FamilyBase {
         },
         [&] { return assign(cfg_.rope_base, hp.FloatOr("rope.freq_base", 10000.0, {1.0, hb::kMaxFloat32})); },
         [&]() -> absl::Status { return ReadRopeScaling(hp); },
+        [&]() -> absl::Status {
+          if (spec_.ffn != LlamaFfn::kMoeSwiGlu) return absl::OkStatus();
+          return assign(cfg_.moe, ReadMoeFfnConfig(hp, spec_.moe_norm_topk_prob));
+        },
     };
     for (const auto& read : reads) {
       if (absl::Status s = read(); !s.ok()) return s;
@@ -279,6 +292,17 @@ class LlamaStyle final : public FamilyBase {
           },
           [&] { return bind(lw.ffn_norm, "ffn_norm.weight", one, hidden); },
           [&]() -> absl::Status {
+            if (spec_.ffn == LlamaFfn::kMoeSwiGlu) {
+              for (const char* dense : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+                if (auto s = absent(dense, "this architecture's FFN is routed experts (ffn_*_exps)"); !s.ok()) {
+                  return s;
+                }
+              }
+              auto moe = BindMoeFfn(hp, *weights_, il, cfg_.moe, hidden);
+              if (!moe.ok()) return moe.status();
+              lw.moe = *moe;
+              return absl::OkStatus();
+            }
             if (!spec_.fused_gate_up) {
               if (auto s = bind(lw.gate, "ffn_gate.weight", ffn, hidden); !s.ok()) return s;
               return bind(lw.up, "ffn_up.weight", ffn, hidden);
@@ -293,7 +317,10 @@ class LlamaStyle final : public FamilyBase {
             lw.up = (*parts)[1];
             return absl::OkStatus();
           },
-          [&] { return bind(lw.down, "ffn_down.weight", hidden, ffn); },
+          [&]() -> absl::Status {
+            if (spec_.ffn == LlamaFfn::kMoeSwiGlu) return absl::OkStatus();
+            return bind(lw.down, "ffn_down.weight", hidden, ffn);
+          },
           [&]() -> absl::Status {
             if (!spec_.post_norms) return absl::OkStatus();
             return bind(lw.post_ffn_norm, "post_ffw_norm.weight", one, hidden);
@@ -339,7 +366,9 @@ class LlamaStyle final : public FamilyBase {
     hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, spec_.qk_norm,
                          spec_.fused_gate_up, spec_.post_norms, cfg_.rot_dims, d.n_layers, d.hidden, d.n_heads,
                          d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale,
-                         cfg_.rope_freq_factors, cfg_.sliding_window, cfg_.eps, output_ == tok_embd_, rope_variants);
+                         cfg_.rope_freq_factors, cfg_.sliding_window, cfg_.eps, output_ == tok_embd_, rope_variants,
+                         static_cast<int>(spec_.ffn), cfg_.moe.n_expert, cfg_.moe.k, cfg_.moe.expert_ffn,
+                         cfg_.moe.norm_topk_prob);
     return absl::OkStatus();
   }
 

@@ -3,7 +3,7 @@
 // each with RMSNorm, residual adds, final RMSNorm and a (possibly tied) output
 // projection (HF transformers models/llama/modeling_llama.py).
 //
-// A family file (models/llama.cc, qwen2.cc, qwen3.cc, phi3.cc, smollm3.cc,
+// A family file (models/llama.cc, qwen2.cc, qwen3.cc, qwen3moe.cc, phi3.cc, smollm3.cc,
 // glm4.cc)
 // states what differs as a LlamaStyleSpec and registers a factory that calls
 // CreateLlamaStyle. What every family accepts from its file:
@@ -26,6 +26,12 @@
 #include "engine/model_registry.h"
 
 namespace decoded {
+
+// The FFN after the attention block.
+enum class LlamaFfn : uint8_t {
+  kSwiGlu,     // one SwiGLU MLP: ffn_gate / ffn_up / ffn_down
+  kMoeSwiGlu,  // routed SwiGLU experts (models/moe_ffn.h): ffn_gate_inp and ffn_{gate,up,down}_exps
+};
 
 struct LlamaStyleSpec {
   // GGUF general.architecture; also the prefix of its hyper-parameter keys.
@@ -65,6 +71,10 @@ struct LlamaStyleSpec {
   // post_self_attn_layernorm / post_mlp_layernorm). Required when set; a
   // family without them refuses the tensors (UNIMPLEMENTED).
   bool post_norms = false;
+  LlamaFfn ffn = LlamaFfn::kSwiGlu;
+  // kMoeSwiGlu: whether the k routing weights are renormalized when the file
+  // has no <arch>.expert_weights_norm (llama.cpp fixes it per architecture).
+  bool moe_norm_topk_prob = true;
 };
 
 // Reads the hyper-parameters of `spec.arch`, binds and shape-checks every
@@ -73,7 +83,8 @@ struct LlamaStyleSpec {
 // naming a missing tensor; UNIMPLEMENTED naming the key or tensor for features
 // the layer does not model (YaRN and other scaling types, Phi-3 LongRoPE
 // rope_factors_{long,short}, attention-output / FFN biases, and partial
-// rotary, q/k norms or post norms in a family without them).
+// rotary, q/k norms or post norms in a family without them); for an MoE FFN,
+// what ReadMoeFfnConfig and BindMoeFfn refuse (models/moe_ffn.h).
 absl::StatusOr<std::unique_ptr<DecodeModel>> CreateLlamaStyle(const LlamaStyleSpec& spec,
                                                               std::shared_ptr<const Weights> weights,
                                                               const FamilyOptions& options);

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Builds tiny random-weight Qwen3, Phi-3, Llama-3-RoPE and GLM-4 models and their Hugging Face reference logits.
+"""Builds tiny random-weight Qwen3, Qwen3-MoE, Phi-3, Llama-3-RoPE and GLM-4 models and their Hugging Face reference logits.
 
 The four fixtures cover what the llama-style layer (models/llama_style.cc) does beyond Llama 2 / Qwen2:
   qwen3_tiny         `Qwen3ForCausalLM`: per-head RMSNorm on q and k before RoPE, no biases, and a head size (16)
                      that differs from hidden / heads (32 / 4 = 8), so q is wider than the residual stream;
+  qwen3moe_tiny      `Qwen3MoeForCausalLM`: Qwen3's attention with a routed-experts FFN in every layer (8 experts of
+                     16, 2 used per token, norm_topk_prob), router and experts with distinct random weights so
+                     consecutive tokens pick different experts;
   phi3_tiny          `Phi3ForCausalLM`: fused qkv_proj and gate_up_proj, NEOX RoPE, a sliding window of 6 that the
                      prompt plus decode steps cross, untied output;
   llama3rope_tiny    `LlamaForCausalLM` with rope_type "llama3" (factor 8, low/high frequency factors 1 / 4,
@@ -24,6 +27,10 @@ phi.py; read, not copied):
           no rope.scaling.* keys for llama3;
   qwen3   TextModel's keys (key/value_length from config.head_dim, no rope.dimension_count, no vocab_size); tensors
           unpermuted (NEOX), q_norm / k_norm as attn_q_norm / attn_k_norm;
+  qwen3moe  as qwen3 plus Qwen2MoeModel's expert keys (expert_count, expert_used_count,
+          expert_feed_forward_length; no expert_weights_norm: llama.cpp fixes it on for qwen3moe); HF 5.x's fused
+          experts.gate_up_proj [E, 2F, H] split on dim -2 into ffn_gate_exps / ffn_up_exps (gate first),
+          experts.down_proj [E, H, F] as ffn_down_exps, the router mlp.gate as ffn_gate_inp;
   phi3    Phi3MiniModel's own keys (rope.dimension_count = partial_rotary_factor * hidden / heads,
           rope.scaling.original_context_length, attention.sliding_window, 0 when the config has none); qkv_proj as
           blk.N.attn_qkv ([q; k; v] rows) and gate_up_proj as blk.N.ffn_up ([gate; up] rows, 2 x FFN), unsplit;
@@ -44,7 +51,7 @@ and compared with the HF logits. Measured: qwen3 and llama3rope within 1.5e-5 at
 at every position (so llama.cpp reads this layout, unpermuted Q/K with its NORM pairing, as HF computes); phi3 within 3e-6
 inside its window of 6 and off by up to 4.0 after it, because llama.cpp's phi3 loader disables the sliding window
 the GGUF states while HF applies it.
-Usage: python3 tools/make_llama_variant_fixtures.py [--out-dir tests/data] [--only qwen3,phi3,llama3rope,glm4]
+Usage: python3 tools/make_llama_variant_fixtures.py [--out-dir tests/data] [--only qwen3,qwen3moe,phi3,llama3rope,glm4]
                                                      [--check-llamacpp]
 """
 
@@ -67,7 +74,7 @@ try:
     import torch
     import transformers
     from transformers import (Glm4Config, Glm4ForCausalLM, LlamaConfig, LlamaForCausalLM, Phi3Config,
-                              Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                              Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 except ImportError as exc:
     sys.exit(f"make_llama_variant_fixtures: missing dependency ({exc}); "
              "pip install -r tools/requirements-reference.txt")
@@ -96,11 +103,17 @@ class FixtureSpec:
     n_layers: int = 2
     prompt_len: int = 7
     decode_steps: int = 10
+    n_experts: int = 0        # qwen3moe
+    experts_used: int = 0
+    expert_ffn: int = 0
 
 
 SPECS = [
     FixtureSpec(name="qwen3", arch="qwen3", seed=11, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-6, tied=True,
                 rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}),
+    FixtureSpec(name="qwen3moe", arch="qwen3moe", seed=19, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-6,
+                tied=True, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+                n_experts=8, experts_used=2, expert_ffn=16),
     FixtureSpec(name="phi3", arch="phi3", seed=13, n_heads=2, n_kv_heads=1, head_dim=16, rms_eps=1e-5, tied=False,
                 sliding_window=6, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0}),
     FixtureSpec(name="llama3rope", arch="llama", seed=17, n_heads=2, n_kv_heads=1, head_dim=16, rms_eps=1e-5,
@@ -123,6 +136,12 @@ def build_model(spec: FixtureSpec):
     if spec.arch == "qwen3":
         cfg = Qwen3Config(head_dim=spec.head_dim, attention_bias=False, use_sliding_window=False, **common)
         cls = Qwen3ForCausalLM
+    elif spec.arch == "qwen3moe":
+        cfg = Qwen3MoeConfig(head_dim=spec.head_dim, attention_bias=False, use_sliding_window=False,
+                             num_experts=spec.n_experts, num_experts_per_tok=spec.experts_used,
+                             moe_intermediate_size=spec.expert_ffn, norm_topk_prob=True, decoder_sparse_step=1,
+                             mlp_only_layers=[], **common)
+        cls = Qwen3MoeForCausalLM
     elif spec.arch == "phi3":
         assert spec.head_dim == HIDDEN // spec.n_heads, "Phi3 derives its head size from hidden / heads"
         cfg = Phi3Config(original_max_position_embeddings=MAX_POS, sliding_window=spec.sliding_window,
@@ -147,8 +166,8 @@ def build_model(spec: FixtureSpec):
                 p.copy_(torch.empty(p.shape).uniform_(0.5, 2.0, generator=gen))
             elif name.endswith("embed_tokens.weight"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-            elif p.ndim == 2:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            elif p.ndim in (2, 3):  # 3-D: experts, [n_expert, out, in]
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
             elif name.endswith("_proj.bias"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
             else:
@@ -156,6 +175,18 @@ def build_model(spec: FixtureSpec):
     if spec.tied:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     return model
+
+
+def router_indices(model, ids: list[int]) -> list[list[list[int]]]:
+    """HF's selected experts [layer][position][slot] over one uncached forward of `ids`."""
+    picked = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _i, out: picked.append(out[2].tolist()))
+             for layer in model.model.layers]
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids]), use_cache=False)
+    for h in hooks:
+        h.remove()
+    return picked
 
 
 def llama3_rope_factors(spec: FixtureSpec) -> np.ndarray:
@@ -210,9 +241,13 @@ def write_gguf(path: Path, spec: FixtureSpec, model, loadable_by_llamacpp: bool 
         w.add_rope_dimension_count(spec.head_dim)
     if spec.arch == "glm4":
         w.add_rope_dimension_count(int(spec.head_dim * cfg.rope_parameters.get("partial_rotary_factor", 0.5)))
+    if spec.arch == "qwen3moe":
+        w.add_expert_count(spec.n_experts)
+        w.add_expert_used_count(spec.experts_used)
+        w.add_expert_feed_forward_length(spec.expert_ffn)
 
-    arch_id = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3, "phi3": gguf.MODEL_ARCH.PHI3,
-               "glm4": gguf.MODEL_ARCH.GLM4}[spec.arch]
+    arch_id = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3, "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
+               "phi3": gguf.MODEL_ARCH.PHI3, "glm4": gguf.MODEL_ARCH.GLM4}[spec.arch]
     name_map = gguf.get_tensor_name_map(arch_id, cfg.num_hidden_layers)
     table = []
     if spec.rope_parameters.get("rope_type") == "llama3":
@@ -221,7 +256,18 @@ def write_gguf(path: Path, spec: FixtureSpec, model, loadable_by_llamacpp: bool 
         table.append({"name": "rope_freqs.weight", "hf_name": "(derived from rope_parameters)",
                       "shape_hf": list(factors.shape)})
         extra["rope_freqs"] = [float(str(v)) for v in factors]
+    tensors = []
     for hf_name, p in model.state_dict().items():
+        if hf_name.endswith("mlp.experts.gate_up_proj"):
+            n_ff = p.shape[-2] // 2
+            base = hf_name.removesuffix(".gate_up_proj")
+            tensors.append((base + ".gate_proj.weight", p[..., :n_ff, :]))
+            tensors.append((base + ".up_proj.weight", p[..., n_ff:, :]))
+        elif hf_name.endswith("mlp.experts.down_proj"):
+            tensors.append((hf_name + ".weight", p))
+        else:
+            tensors.append((hf_name, p))
+    for hf_name, p in tensors:
         if hf_name == "lm_head.weight" and spec.tied:
             continue
         if hf_name.endswith("rotary_emb.inv_freq"):
@@ -252,6 +298,8 @@ def make_fixture(spec: FixtureSpec, out_dir: Path) -> None:
         raise RuntimeError(f"[{spec.name}] HF cached vs uncached logits differ by {ref['uncached_max_abs_diff']}")
     gguf_path = out_dir / f"{spec.name}_tiny.gguf"
     table, extra = write_gguf(gguf_path, spec, model)
+    if spec.n_experts:
+        extra["router_indices"] = router_indices(model, prompt + ref["generated_ids"][:spec.decode_steps])
     top2 = np.sort(ref["logits"], axis=1)[:, -2:]
     doc = {
         "name": spec.name,
@@ -262,6 +310,8 @@ def make_fixture(spec: FixtureSpec, out_dir: Path) -> None:
                      "transformers": transformers.__version__, "numpy": np.__version__},
         "gguf_file": gguf_path.name,
         "config": {"architecture": spec.arch, "vocab_size": VOCAB, "hidden_size": HIDDEN,
+                   **({"num_experts": spec.n_experts, "num_experts_per_tok": spec.experts_used,
+                       "moe_intermediate_size": spec.expert_ffn, "norm_topk_prob": True} if spec.n_experts else {}),
                    "intermediate_size": INTERMEDIATE, "num_hidden_layers": spec.n_layers,
                    "num_attention_heads": spec.n_heads, "num_key_value_heads": spec.n_kv_heads,
                    "head_dim": spec.head_dim, "rope_parameters": spec.rope_parameters, "rms_norm_eps": spec.rms_eps,

@@ -4,6 +4,7 @@
 // compile time. Run() enters one parallel region; each team member walks the
 // whole list, does its share of each step, and meets the others at a barrier
 // between steps.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +51,7 @@ struct Step {
   Op op = Op::kConst;
   const Node* node = nullptr;
   float* out = nullptr;
-  const void* src[4] = {};
+  const void* src[5] = {};
   // matmul
   size_t w_row_bytes = 0;
   size_t xq_row_bytes = 0;
@@ -61,6 +62,7 @@ struct Step {
   const float* vcache = nullptr;
   int32_t capacity = 0;
   int64_t rows = 0;  // rows of the step's main input
+  cpu::MoeFfnArgs moe;  // kMoeFfn, workspace in the plan's moe_workspace_
 };
 
 class CpuPlan final : public CompiledPlan {
@@ -91,13 +93,14 @@ class CpuPlan final : public CompiledPlan {
         }
       }
     }
+    size_t moe_workspace_bytes = 0;
     for (NodeId id : plan_.schedule) {
       const Node& n = nodes[static_cast<size_t>(id)];
       Step s;
       s.op = n.op;
       s.node = &n;
       if (n.op != Op::kKvWrite) s.out = static_cast<float*>(const_cast<void*>(ptr(id)));
-      for (size_t j = 0; j < n.src.size() && j < 4; ++j) s.src[j] = ptr(n.src[j]);
+      for (size_t j = 0; j < n.src.size() && j < 5; ++j) s.src[j] = ptr(n.src[j]);
       if (!n.src.empty()) s.rows = nodes[static_cast<size_t>(n.src[0])].rows;
       if (n.op == Op::kMatMul) {
         const Node& w = nodes[static_cast<size_t>(n.src[0])];
@@ -125,7 +128,33 @@ class CpuPlan final : public CompiledPlan {
           s.vcache = res.kv->v(layer);
         }
       }
+      if (n.op == Op::kMoeFfn) {
+        auto expert = [&](size_t j) {
+          const WeightTensor& w = *nodes[static_cast<size_t>(n.src[j])].weight;
+          return cpu::MoeExpertMatrix{w.type, w.data, w.row_bytes, w.rows, w.cols};
+        };
+        s.moe = {.x = static_cast<const float*>(s.src[0]),
+                 .router_logits = static_cast<const float*>(s.src[1]),
+                 .gate = expert(2),
+                 .up = expert(3),
+                 .down = expert(4),
+                 .out = s.out,
+                 .rows = n.rows,
+                 .n_expert = n.moe.n_expert,
+                 .k = n.moe.k,
+                 .norm_topk_prob = n.moe.norm_topk_prob};
+        moe_workspace_bytes = std::max(moe_workspace_bytes, cpu::MoeFfnWorkspaceBytes(s.moe));
+      }
       steps_.push_back(s);
+    }
+    // One workspace serves every MoE step: steps run one after another.
+    if (moe_workspace_bytes > 0) {
+      moe_workspace_ = CpuBuffer::Create(moe_workspace_bytes);
+      if (!moe_workspace_) {
+        return absl::ResourceExhaustedError(absl::StrCat("cannot allocate a ", moe_workspace_bytes,
+                                                         "-byte MoE workspace"));
+      }
+      for (Step& st : steps_) st.moe.workspace = moe_workspace_->data();
     }
     return absl::OkStatus();
   }
@@ -274,6 +303,9 @@ class CpuPlan final : public CompiledPlan {
                        a.n_kv_heads, head_dim, s.capacity, a.scale, a.softcap, ith, nth);
         break;
       }
+      case Op::kMoeFfn:
+        cpu::MoeFfn(s.moe, ith, nth, [this] { exec_->Barrier(); });
+        break;
       case Op::kWeight:
       case Op::kInput:
       case Op::kConst:
@@ -284,6 +316,7 @@ class CpuPlan final : public CompiledPlan {
   Graph graph_;
   MemoryPlan plan_;
   std::unique_ptr<CpuBuffer> arena_;
+  std::unique_ptr<CpuBuffer> moe_workspace_;
   std::vector<Step> steps_;
   const SymEnv* env_ = nullptr;
   CpuExecutor* exec_ = nullptr;

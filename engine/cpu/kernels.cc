@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/quant/quant.h"
+
 namespace decoded::cpu {
 namespace {
 // Elementwise ops on a single decode row are too small to split: one thread
@@ -236,6 +238,149 @@ void Attention(const float* q, const int32_t* bounds, const float* k, const floa
     float* o = out + it * head_dim;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int32_t d = 0; d < head_dim; ++d) o[d] = acc[d] * inv;
+  }
+}
+
+void MoeRoute(const float* logits, int32_t n_expert, int32_t k, bool norm_topk_prob, int32_t* experts,
+              float* weights) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int32_t e = 0; e < n_expert; ++e) mx = std::max(mx, logits[e]);
+  float sum = 0.0f;
+  for (int32_t e = 0; e < n_expert; ++e) sum += std::exp(logits[e] - mx);
+  const float inv = 1.0f / sum;
+  // Selection by repeated scans: k and n_expert are small (k <= 16, n_expert
+  // <= a few hundred), and a strict > keeps the lower index on ties.
+  for (int32_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    float best_p = 0.0f;
+    for (int32_t e = 0; e < n_expert; ++e) {
+      bool taken = false;
+      for (int32_t i = 0; i < j; ++i) taken = taken || experts[i] == e;
+      if (taken) continue;
+      const float p = std::exp(logits[e] - mx) * inv;
+      if (best < 0 || p > best_p) {
+        best = e;
+        best_p = p;
+      }
+    }
+    experts[j] = best;
+    weights[j] = best_p;
+  }
+  if (norm_topk_prob) {
+    float total = 0.0f;
+    for (int32_t j = 0; j < k; ++j) total += weights[j];
+    for (int32_t j = 0; j < k; ++j) weights[j] /= total;
+  }
+}
+
+namespace {
+
+constexpr size_t kWorkspaceAlign = 64;
+size_t AlignWs(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+// Where each part of the MoE workspace lives; `pairs` = rows * k.
+struct MoeWorkspace {
+  size_t experts = 0, weights = 0, xq_gate = 0, xq_up = 0, gate = 0, up = 0, hq = 0, down = 0, total = 0;
+  size_t xq_gate_row = 0, xq_up_row = 0, hq_row = 0;
+  bool shared_xq = false;  // gate and up take the same activation type
+
+  explicit MoeWorkspace(const MoeFfnArgs& a) {
+    const size_t pairs = static_cast<size_t>(a.rows) * static_cast<size_t>(a.k);
+    const size_t hidden = static_cast<size_t>(a.gate.cols), ffn = static_cast<size_t>(a.gate.rows);
+    xq_gate_row = quant::ActivationRowBytes(a.gate.type, a.gate.cols);
+    xq_up_row = quant::ActivationRowBytes(a.up.type, a.up.cols);
+    hq_row = quant::ActivationRowBytes(a.down.type, a.down.cols);
+    shared_xq = quant::ActivationType(a.gate.type) == quant::ActivationType(a.up.type);
+    size_t at = 0;
+    auto take = [&at](size_t bytes) {
+      const size_t off = at;
+      at += AlignWs(bytes);
+      return off;
+    };
+    experts = take(pairs * sizeof(int32_t));
+    weights = take(pairs * sizeof(float));
+    xq_gate = take(static_cast<size_t>(a.rows) * xq_gate_row);
+    xq_up = shared_xq ? xq_gate : take(static_cast<size_t>(a.rows) * xq_up_row);
+    gate = take(pairs * ffn * sizeof(float));
+    up = take(pairs * ffn * sizeof(float));
+    hq = take(pairs * hq_row);
+    down = take(pairs * hidden * sizeof(float));
+    total = at;
+  }
+};
+
+const uint8_t* Plane(const MoeExpertMatrix& m, int32_t e) {
+  return m.data + static_cast<size_t>(e) * static_cast<size_t>(m.rows) * m.row_bytes;
+}
+
+}  // namespace
+
+size_t MoeFfnWorkspaceBytes(const MoeFfnArgs& a) { return MoeWorkspace(a).total; }
+
+void MoeFfn(const MoeFfnArgs& a, int ith, int nth, absl::FunctionRef<void()> barrier) {
+  const MoeWorkspace ws(a);
+  auto* base = static_cast<uint8_t*>(a.workspace);
+  auto* experts = reinterpret_cast<int32_t*>(base + ws.experts);
+  auto* weights = reinterpret_cast<float*>(base + ws.weights);
+  uint8_t* xq_gate = base + ws.xq_gate;
+  uint8_t* xq_up = base + ws.xq_up;
+  auto* gate = reinterpret_cast<float*>(base + ws.gate);
+  auto* up = reinterpret_cast<float*>(base + ws.up);
+  uint8_t* hq = base + ws.hq;
+  auto* down = reinterpret_cast<float*>(base + ws.down);
+  const int64_t hidden = a.gate.cols, ffn = a.gate.rows, pairs = a.rows * a.k;
+  int64_t b, e;
+
+  // Routing and the activation conversions, one row per item.
+  Share(a.rows, ith, nth, &b, &e);
+  for (int64_t r = b; r < e; ++r) {
+    MoeRoute(a.router_logits + r * a.n_expert, a.n_expert, a.k, a.norm_topk_prob, experts + r * a.k,
+             weights + r * a.k);
+    quant::QuantizeActivationRow(a.gate.type, a.x + r * hidden, hidden, xq_gate + r * ws.xq_gate_row);
+    if (!ws.shared_xq) quant::QuantizeActivationRow(a.up.type, a.x + r * hidden, hidden, xq_up + r * ws.xq_up_row);
+  }
+  barrier();
+
+  // gate and up rows of each selected expert, split by output row.
+  Share(ffn, ith, nth, &b, &e);
+  if (b < e) {
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t r = p / a.k;
+      const int32_t ex = experts[p];
+      quant::MatMul(a.gate.type, Plane(a.gate, ex), a.gate.row_bytes, hidden, xq_gate + r * ws.xq_gate_row,
+                    ws.xq_gate_row, 1, gate + p * ffn, ffn, b, e);
+      quant::MatMul(a.up.type, Plane(a.up, ex), a.up.row_bytes, hidden, xq_up + r * ws.xq_up_row, ws.xq_up_row, 1,
+                    up + p * ffn, ffn, b, e);
+    }
+  }
+  barrier();
+
+  // silu(gate) * up, converted for the down projection, one pair per item.
+  Share(pairs, ith, nth, &b, &e);
+  for (int64_t p = b; p < e; ++p) {
+    float* g = gate + p * ffn;
+    const float* u = up + p * ffn;
+    for (int64_t i = 0; i < ffn; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    quant::QuantizeActivationRow(a.down.type, g, ffn, hq + p * ws.hq_row);
+  }
+  barrier();
+
+  Share(hidden, ith, nth, &b, &e);
+  if (b < e) {
+    for (int64_t p = 0; p < pairs; ++p) {
+      quant::MatMul(a.down.type, Plane(a.down, experts[p]), a.down.row_bytes, ffn, hq + p * ws.hq_row, ws.hq_row, 1,
+                    down + p * hidden, hidden, b, e);
+    }
+  }
+  barrier();
+
+  // The weighted sum over each row's experts, in routing order.
+  Share(a.rows * hidden, ith, nth, &b, &e);
+  for (int64_t i = b; i < e; ++i) {
+    const int64_t r = i / hidden, c = i % hidden;
+    float acc = 0.0f;
+    for (int32_t j = 0; j < a.k; ++j) acc += weights[r * a.k + j] * down[(r * a.k + j) * hidden + c];
+    a.out[i] = acc;
   }
 }
 

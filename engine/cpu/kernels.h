@@ -5,7 +5,11 @@
 #ifndef DECODED_ENGINE_CPU_KERNELS_H_
 #define DECODED_ENGINE_CPU_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
+
+#include "absl/functional/function_ref.h"
+#include "engine/dtype.h"
 
 namespace decoded::cpu {
 
@@ -70,6 +74,51 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 void Attention(const float* q, const int32_t* bounds, const float* k, const float* v, float* out,
                int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t capacity,
                float scale, float softcap, int ith, int nth);
+
+// One routing decision of a mixture-of-experts layer (Graph::moe_ffn): the
+// softmax of `logits` [n_expert] (max-subtracted, f32), the k largest
+// probabilities in descending order, ties taken by the lower expert index,
+// written to experts[0..k) and weights[0..k); when norm_topk_prob the weights
+// are divided by their sum (accumulated in that order). 1 <= k <= n_expert.
+void MoeRoute(const float* logits, int32_t n_expert, int32_t k, bool norm_topk_prob, int32_t* experts,
+              float* weights);
+
+// The expert matrices of one MoE projection: n_expert planes of `rows` rows of
+// `cols` elements of `type` (quant::MatMul's weight types), row_bytes apart,
+// plane e starting at data + e * rows * row_bytes.
+struct MoeExpertMatrix {
+  DType type = DType::kF32;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+struct MoeFfnArgs {
+  const float* x = nullptr;              // f32 [rows, hidden]
+  const float* router_logits = nullptr;  // f32 [rows, n_expert]
+  MoeExpertMatrix gate, up;              // planes [ffn, hidden]
+  MoeExpertMatrix down;                  // planes [hidden, ffn]
+  float* out = nullptr;                  // f32 [rows, hidden]
+  int64_t rows = 0;
+  int32_t n_expert = 0;
+  int32_t k = 0;
+  bool norm_topk_prob = false;
+  void* workspace = nullptr;  // MoeFfnWorkspaceBytes(...) bytes, 64-byte aligned
+};
+
+// Scratch the MoE kernel needs for `rows` rows: routing, converted
+// activations and the selected experts' intermediate rows.
+size_t MoeFfnWorkspaceBytes(const MoeFfnArgs& a);
+
+// The MoE SwiGLU FFN of Graph::moe_ffn for all rows: route every row
+// (MoeRoute), then per (row, selected expert) gate and up rows of that
+// expert's plane only, silu(gate) * up, its down projection, and
+// out[r] = sum over the row's experts, in routing order, of weight * down.
+// Thread ith of nth computes its share of each phase and calls `barrier`
+// between phases (every member the same number of times); each output element
+// is computed by one thread in a fixed order, so results do not depend on nth.
+void MoeFfn(const MoeFfnArgs& a, int ith, int nth, absl::FunctionRef<void()> barrier);
 
 }  // namespace decoded::cpu
 

@@ -25,12 +25,15 @@ const char* OpName(Op op) {
     case Op::kRope: return "rope";
     case Op::kKvWrite: return "kv_write";
     case Op::kAttention: return "attention";
+    case Op::kMoeFfn: return "moe_ffn";
   }
   return "?";
 }
 
 size_t Node::bytes() const {
-  if (op == Op::kWeight) return weight ? weight->row_bytes * static_cast<size_t>(weight->rows) : 0;
+  if (op == Op::kWeight) {
+    return weight ? weight->row_bytes * static_cast<size_t>(weight->rows) * static_cast<size_t>(weight->planes) : 0;
+  }
   if (op == Op::kQuantize) return 0;  // sized by the optimizer from the weight type
   auto rb = RowBytes(dtype, cols);
   return rb ? *rb * static_cast<size_t>(rows) : 0;
@@ -170,6 +173,14 @@ NodeId Graph::attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int
   Node n = F32Node(Op::kAttention, node(q).rows, static_cast<int64_t>(n_heads) * head_dim,
                    {q, mask, kwrite, vwrite}, std::move(name));
   n.attention = {layer, variant, n_heads, n_kv_heads, scale, softcap};
+  return push(std::move(n));
+}
+
+NodeId Graph::moe_ffn(NodeId x, NodeId router_logits, NodeId gate_exps, NodeId up_exps, NodeId down_exps,
+                      int32_t k, bool norm_topk_prob, std::string name) {
+  Node n = F32Node(Op::kMoeFfn, node(x).rows, node(down_exps).rows, {x, router_logits, gate_exps, up_exps, down_exps},
+                   std::move(name));
+  n.moe = {static_cast<int32_t>(node(router_logits).cols), k, norm_topk_prob};
   return push(std::move(n));
 }
 

@@ -31,8 +31,11 @@ namespace decoded {
 using NodeId = int32_t;
 inline constexpr NodeId kNoNode = -1;
 
-// A model weight, viewed in place (never copied): `rows` rows of `cols`
-// elements of `type`, row r at data + r * row_bytes. GGUF ne[0] = cols.
+// A model weight, viewed in place (never copied): `planes` matrices of `rows`
+// rows of `cols` elements of `type`, row r of plane p at
+// data + (p * rows + r) * row_bytes. GGUF ne = {cols, rows, planes}; a 2-D
+// weight has one plane, a 3-D one (the experts of an MoE layer,
+// `ffn_{gate,up,down}_exps`) one plane per expert.
 struct WeightTensor {
   std::string name;
   DType type = DType::kF32;
@@ -40,6 +43,7 @@ struct WeightTensor {
   int64_t cols = 0;
   size_t row_bytes = 0;
   const uint8_t* data = nullptr;
+  int64_t planes = 1;
 };
 
 enum class Op : uint8_t {
@@ -62,6 +66,7 @@ enum class Op : uint8_t {
   kRope,         // rotary embedding of each head's first rope.rot_dims, paired per rope.pairing; src: x, cos, sin
   kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
   kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite, vwrite
+  kMoeFfn,       // routed SwiGLU experts: see Graph::moe_ffn; src: x, router_logits, gate_exps, up_exps, down_exps
 };
 
 const char* OpName(Op op);
@@ -105,6 +110,17 @@ struct AttentionAttrs {
   float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap)
 };
 
+// A mixture-of-experts SwiGLU FFN (Shazeer et al. 2017; Qwen3-MoE, Mixtral):
+// per row, softmax over the router logits, the k most probable experts
+// (ties: the lower expert index first), their probabilities renormalized to
+// sum 1 when norm_topk_prob, and out = sum_j w_j * down_e(silu(gate_e x) * up_e x)
+// over the selected experts only.
+struct MoeAttrs {
+  int32_t n_expert = 0;
+  int32_t k = 0;  // experts used per row, in [1, n_expert]
+  bool norm_topk_prob = false;
+};
+
 struct Node {
   Op op = Op::kConst;
   DType dtype = DType::kF32;
@@ -119,6 +135,7 @@ struct Node {
   RopeAttrs rope;               // kRope
   KvWriteAttrs kv_write;        // kKvWrite
   AttentionAttrs attention;     // kAttention
+  MoeAttrs moe;                 // kMoeFfn
 
   const WeightTensor* weight = nullptr;  // kWeight
   int32_t input_slot = -1;               // kInput: index into the session's bindings
@@ -192,6 +209,15 @@ class Graph {
   NodeId attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer,
                    int32_t variant, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
                    float scale, float softcap, std::string name);
+
+  // x f32 [rows, hidden]; router_logits f32 [rows, n_expert]; gate_exps and
+  // up_exps weights of n_expert planes [ffn, hidden], down_exps of n_expert
+  // planes [hidden, ffn], each of any matmul weight type. Routing is read
+  // from router_logits when the op runs, so a held plan serves every token's
+  // routing; only the k selected experts' rows are multiplied.
+  // -> f32 [rows, hidden]. Attributes: Node::moe.
+  NodeId moe_ffn(NodeId x, NodeId router_logits, NodeId gate_exps, NodeId up_exps, NodeId down_exps,
+                 int32_t k, bool norm_topk_prob, std::string name);
 
   void mark_output(NodeId id);
 

@@ -1,11 +1,18 @@
-// The CPU kernels of the FFN, norm, bias and RoPE ops against their formulas
-// written out independently here (papers / HF modeling code), in double.
+// The CPU kernels of the FFN, norm, bias, RoPE and MoE ops against their
+// formulas written out independently here (papers / HF modeling code), in
+// double.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <numbers>
+#include <numeric>
 #include <random>
 #include <vector>
 
+#include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
+#include "engine/quant/quant.h"
 #include "gtest/gtest.h"
 
 namespace decoded::cpu {
@@ -185,6 +192,207 @@ TEST(CpuKernelsTest, PartialRotaryRotatesTheLeadingDimsAndPassesTheRest) {
       EXPECT_NEAR(adjacent[row * hd + d], want_adj, 1e-5);
     }
   }
+}
+
+
+// ---- mixture of experts ----
+
+// HF Qwen3MoeTopKRouter + Qwen3MoeExperts for one row, in double: softmax,
+// the k largest probabilities (ties: lower index), optional renormalization,
+// sum of w * down(silu(gate x) * up x) over the selected experts.
+struct MoeCase {
+  int64_t rows, hidden, ffn;
+  int32_t n_expert, k;
+  bool norm;
+  std::vector<float> x, logits, gate, up, down;  // gate/up [E, ffn, hidden], down [E, hidden, ffn]
+};
+
+std::vector<int32_t> ReferenceTopK(const float* logits, int32_t n, int32_t k) {
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+std::vector<double> ReferenceMoe(const MoeCase& c, const std::vector<float>& gate, const std::vector<float>& up,
+                                 const std::vector<float>& down) {
+  std::vector<double> out(static_cast<size_t>(c.rows * c.hidden), 0.0);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const float* lg = c.logits.data() + r * c.n_expert;
+    double mx = lg[0], sum = 0;
+    for (int32_t e = 0; e < c.n_expert; ++e) mx = std::max(mx, static_cast<double>(lg[e]));
+    for (int32_t e = 0; e < c.n_expert; ++e) sum += std::exp(lg[e] - mx);
+    const std::vector<int32_t> sel = ReferenceTopK(lg, c.n_expert, c.k);
+    std::vector<double> w;
+    for (int32_t e : sel) w.push_back(std::exp(lg[e] - mx) / sum);
+    if (c.norm) {
+      const double t = std::accumulate(w.begin(), w.end(), 0.0);
+      for (double& v : w) v /= t;
+    }
+    for (size_t j = 0; j < sel.size(); ++j) {
+      const int64_t e = sel[j];
+      std::vector<double> h(static_cast<size_t>(c.ffn));
+      for (int64_t f = 0; f < c.ffn; ++f) {
+        double g = 0, u = 0;
+        for (int64_t i = 0; i < c.hidden; ++i) {
+          g += static_cast<double>(gate[(e * c.ffn + f) * c.hidden + i]) * c.x[r * c.hidden + i];
+          u += static_cast<double>(up[(e * c.ffn + f) * c.hidden + i]) * c.x[r * c.hidden + i];
+        }
+        h[f] = g / (1.0 + std::exp(-g)) * u;
+      }
+      for (int64_t o = 0; o < c.hidden; ++o) {
+        double d = 0;
+        for (int64_t f = 0; f < c.ffn; ++f) d += static_cast<double>(down[(e * c.hidden + o) * c.ffn + f]) * h[f];
+        out[r * c.hidden + o] += w[j] * d;
+      }
+    }
+  }
+  return out;
+}
+
+MoeCase RandomMoeCase(int64_t rows, int64_t hidden, int64_t ffn, int32_t n_expert, int32_t k, bool norm,
+                      uint32_t seed) {
+  MoeCase c{rows, hidden, ffn, n_expert, k, norm, {}, {}, {}, {}, {}};
+  c.x = Random(static_cast<size_t>(rows * hidden), seed);
+  c.logits = Random(static_cast<size_t>(rows * n_expert), seed + 1);
+  c.gate = Random(static_cast<size_t>(n_expert * ffn * hidden), seed + 2);
+  c.up = Random(static_cast<size_t>(n_expert * ffn * hidden), seed + 3);
+  c.down = Random(static_cast<size_t>(n_expert * hidden * ffn), seed + 4);
+  for (float& v : c.gate) v *= 0.1f;
+  for (float& v : c.up) v *= 0.1f;
+  for (float& v : c.down) v *= 0.1f;
+  return c;
+}
+
+MoeExpertMatrix F32Experts(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  return {DType::kF32, reinterpret_cast<const uint8_t*>(w.data()), static_cast<size_t>(cols) * sizeof(float), rows,
+          cols};
+}
+
+struct Aligned {
+  explicit Aligned(size_t n) : p(std::aligned_alloc(64, (n + 63) / 64 * 64 + 64)) {}
+  ~Aligned() { std::free(p); }
+  void* p;
+};
+
+// Runs the kernel on `threads` team members (CpuExecutor, real barriers).
+std::vector<float> RunMoe(const MoeCase& c, MoeExpertMatrix gate, MoeExpertMatrix up, MoeExpertMatrix down,
+                          int threads) {
+  std::vector<float> out(static_cast<size_t>(c.rows * c.hidden), -1.0f);
+  MoeFfnArgs a{.x = c.x.data(), .router_logits = c.logits.data(), .gate = gate, .up = up, .down = down,
+               .out = out.data(), .rows = c.rows, .n_expert = c.n_expert, .k = c.k, .norm_topk_prob = c.norm};
+  Aligned ws(MoeFfnWorkspaceBytes(a));
+  a.workspace = ws.p;
+  CpuExecutor ex(threads);
+  struct Ctx {
+    const MoeFfnArgs* a;
+    CpuExecutor* ex;
+  } ctx{&a, &ex};
+  ex.Parallel(
+      [](void* p, int ith, int nth) {
+        auto* c = static_cast<Ctx*>(p);
+        MoeFfn(*c->a, ith, nth, [c] { c->ex->Barrier(); });
+      },
+      &ctx);
+  return out;
+}
+
+void ExpectMoeMatchesReference(const MoeCase& c) {
+  const std::vector<double> want = ReferenceMoe(c, c.gate, c.up, c.down);
+  const auto g = F32Experts(c.gate, c.ffn, c.hidden), u = F32Experts(c.up, c.ffn, c.hidden),
+             d = F32Experts(c.down, c.hidden, c.ffn);
+  const std::vector<float> one = RunMoe(c, g, u, d, 1);
+  const std::vector<float> two = RunMoe(c, g, u, d, 2);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(one[i], want[i], 1e-4 * (1.0 + std::abs(want[i]))) << "k=" << c.k << " element " << i;
+  }
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0) << "thread count changed the result";
+}
+
+TEST(MoeKernelTest, TopTwoRenormalizedMatchesTheFormula) {
+  ExpectMoeMatchesReference(RandomMoeCase(5, 64, 32, 8, 2, /*norm=*/true, 100));
+}
+
+TEST(MoeKernelTest, TopTwoWithoutRenormalizationMatchesTheFormula) {
+  ExpectMoeMatchesReference(RandomMoeCase(5, 64, 32, 8, 2, /*norm=*/false, 200));
+}
+
+TEST(MoeKernelTest, SingleExpertMatchesTheFormula) {
+  ExpectMoeMatchesReference(RandomMoeCase(4, 64, 32, 8, 1, /*norm=*/true, 300));
+  ExpectMoeMatchesReference(RandomMoeCase(4, 64, 32, 8, 1, /*norm=*/false, 310));
+}
+
+TEST(MoeKernelTest, AllExpertsIsTheDenseSoftmaxMixture) {
+  ExpectMoeMatchesReference(RandomMoeCase(3, 64, 32, 6, 6, /*norm=*/true, 400));
+  ExpectMoeMatchesReference(RandomMoeCase(3, 64, 32, 6, 6, /*norm=*/false, 410));
+}
+
+TEST(MoeKernelTest, TiesGoToTheLowerExpertIndex) {
+  const float logits[] = {1.0f, 3.0f, 3.0f, 3.0f, 0.0f, 3.0f};
+  int32_t experts[3];
+  float weights[3];
+  MoeRoute(logits, 6, 3, /*norm_topk_prob=*/true, experts, weights);
+  EXPECT_EQ(experts[0], 1);
+  EXPECT_EQ(experts[1], 2);
+  EXPECT_EQ(experts[2], 3);
+  EXPECT_EQ(weights[0], weights[1]);
+  EXPECT_FLOAT_EQ(weights[0] + weights[1] + weights[2], 1.0f);
+  // Through the whole op: a row of four equal logits takes experts 0 and 1.
+  MoeCase c = RandomMoeCase(2, 64, 32, 4, 2, /*norm=*/true, 500);
+  std::fill(c.logits.begin(), c.logits.begin() + 4, 0.5f);
+  ExpectMoeMatchesReference(c);
+  const std::vector<int32_t> sel = ReferenceTopK(c.logits.data(), 4, 2);
+  EXPECT_EQ(sel, (std::vector<int32_t>{0, 1}));
+}
+
+TEST(MoeKernelTest, ConsecutiveRowsRouteToDifferentExperts) {
+  MoeCase c = RandomMoeCase(2, 64, 32, 8, 2, /*norm=*/true, 600);
+  // Row 0 prefers experts 6 and 2, row 1 experts 0 and 5.
+  const float row0[] = {0, 0, 2, 0, 0, 0, 3, 0}, row1[] = {4, 0, 0, 0, 0, 1, 0, 0};
+  std::copy(row0, row0 + 8, c.logits.begin());
+  std::copy(row1, row1 + 8, c.logits.begin() + 8);
+  int32_t e0[2], e1[2];
+  float w[2];
+  MoeRoute(c.logits.data(), 8, 2, true, e0, w);
+  MoeRoute(c.logits.data() + 8, 8, 2, true, e1, w);
+  EXPECT_EQ((std::vector<int32_t>{e0[0], e0[1]}), (std::vector<int32_t>{6, 2}));
+  EXPECT_EQ((std::vector<int32_t>{e1[0], e1[1]}), (std::vector<int32_t>{0, 5}));
+  ExpectMoeMatchesReference(c);
+}
+
+// Q8_0 expert weights (the format's blocks, as quant::QuantizeActivationRow
+// writes them for weight type Q8_0): the formula on the dequantized weights,
+// within the activation-quantization error.
+TEST(MoeKernelTest, QuantizedExpertsMatchTheFormulaOnDequantizedWeights) {
+  const MoeCase c = RandomMoeCase(3, 64, 64, 8, 2, /*norm=*/true, 700);
+  auto quantize = [](const std::vector<float>& w, int64_t rows, int64_t cols, std::vector<uint8_t>& q,
+                     std::vector<float>& deq) {
+    const size_t rb = quant::ActivationRowBytes(DType::kQ8_0, cols);
+    q.assign(rb * static_cast<size_t>(rows), 0);
+    deq.assign(w.size(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::QuantizeActivationRow(DType::kQ8_0, w.data() + r * cols, cols, q.data() + r * rb);
+      quant::DequantizeRow(DType::kQ8_0, q.data() + r * rb, deq.data() + r * cols, cols);
+    }
+    return MoeExpertMatrix{DType::kQ8_0, q.data(), rb, 0, cols};
+  };
+  std::vector<uint8_t> gq, uq, dq;
+  std::vector<float> gd, ud, dd;
+  MoeExpertMatrix g = quantize(c.gate, c.n_expert * c.ffn, c.hidden, gq, gd);
+  MoeExpertMatrix u = quantize(c.up, c.n_expert * c.ffn, c.hidden, uq, ud);
+  MoeExpertMatrix d = quantize(c.down, c.n_expert * c.hidden, c.ffn, dq, dd);
+  g.rows = u.rows = c.ffn;
+  d.rows = c.hidden;
+  const std::vector<double> want = ReferenceMoe(c, gd, ud, dd);
+  const std::vector<float> one = RunMoe(c, g, u, d, 1), two = RunMoe(c, g, u, d, 2);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(one[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  EXPECT_LT(worst, 0.02 * scale);  // Q8_0 activations: ~1/127 relative per dot product
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
 }
 
 }  // namespace

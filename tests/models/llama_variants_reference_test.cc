@@ -1,4 +1,4 @@
-// qwen3, phi3, glm4 and llama with Llama 3 RoPE frequency scaling, through the
+// qwen3, qwen3moe, phi3, glm4 and llama with Llama 3 RoPE frequency scaling, through the
 // shared driver, against Hugging Face transformers on tiny random-weight
 // models (fixtures: tools/make_llama_variant_fixtures.py). Logits are compared
 // over the whole prompt (D1, all rows) and every decode step (D2),
@@ -115,7 +115,7 @@ TEST_P(LlamaVariantReferenceTest, DeviceOffsetAndSymbolPathsGiveIdenticalLogits)
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaVariantReferenceTest,
-                         ::testing::Values(Case{"qwen3", "qwen3"}, Case{"phi3", "phi3"},
+                         ::testing::Values(Case{"qwen3", "qwen3"}, Case{"qwen3moe", "qwen3moe"}, Case{"phi3", "phi3"},
                                            Case{"llama3rope", "llama"}, Case{"glm4", "glm4"}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.fixture; });
 
