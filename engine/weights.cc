@@ -13,12 +13,15 @@ absl::StatusOr<std::shared_ptr<const Weights>> Weights::FromGguf(std::shared_ptr
   std::shared_ptr<Weights> w(new Weights());
   w->instance_id_ = g_next_weights_id.fetch_add(1);
   for (const GgufTensorInfo& t : file->tensors()) {
-    if (t.n_dims > 2 || t.ne[2] != 1 || t.ne[3] != 1) continue;  // no >2-D weights in supported families
+    // A 3-D tensor is a stack of ne[2] matrices, viewed as their rows one
+    // after another (deepseek2's per-head attn_k_b / attn_v_b); 4-D ones are
+    // in no supported family.
+    if (t.n_dims > 3 || t.ne[3] != 1) continue;
     WeightTensor wt;
     wt.name = t.name;
     wt.type = t.type;
     wt.cols = t.ne[0];
-    wt.rows = t.n_dims >= 2 ? t.ne[1] : 1;
+    wt.rows = (t.n_dims >= 2 ? t.ne[1] : 1) * (t.n_dims >= 3 ? t.ne[2] : 1);
     auto rb = RowBytes(t.type, wt.cols);
     if (!rb) return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": row of ", wt.cols,
                                                             " elements is not whole blocks of ", DTypeName(t.type)));
