@@ -56,12 +56,14 @@ NodeId DecodeLayerInputs::rope(NodeId x, int32_t n_heads, const std::string& nam
 
 NodeId DecodeLayerInputs::attention(NodeId q, NodeId k, NodeId v, const AttentionScoring& scoring) const {
   const std::string blk = absl::StrCat("blk.", layer, ".");
-  const NodeId kw = graph.kv_write(k, layer, /*is_v=*/false, dims_.n_kv_heads, dims_.head_dim, data_.offset_path,
+  const KvLayout kl = dims_.kv_layout();
+  const NodeId kw = graph.kv_write(k, layer, /*is_v=*/false, kl.n_kv_heads, kl.k_dim, data_.offset_path,
                                    data_.kv_offset, blk + "cache_k");
-  const NodeId vw = graph.kv_write(v, layer, /*is_v=*/true, dims_.n_kv_heads, dims_.head_dim, data_.offset_path,
-                                   data_.kv_offset, blk + "cache_v");
-  return graph.attention(q, data_.mask, kw, vw, layer, mask_plan_.variant_of(layer), dims_.n_heads, dims_.n_kv_heads,
-                         dims_.head_dim, scoring.scale, scoring.softcap, blk + "attn");
+  const NodeId vw = kl.v_in_k ? kNoNode
+                              : graph.kv_write(v, layer, /*is_v=*/true, kl.n_kv_heads, kl.v_dim, data_.offset_path,
+                                               data_.kv_offset, blk + "cache_v");
+  return graph.attention(q, data_.mask, kw, vw, layer, mask_plan_.variant_of(layer), dims_.n_heads, kl,
+                         scoring.scale, scoring.softcap, blk + "attn");
 }
 
 // ---- per-token data nodes ----

@@ -64,9 +64,12 @@ class DecodeLayerInputs {
     float softcap = 0.0f;
   };
 
-  // Writes k, v ([seq, n_kv_heads * head_dim]) into this layer's cache at the
-  // step's offset and attends q ([seq, n_heads * head_dim]) over the visible
-  // keys, scored as `scoring` says.
+  // Writes k ([seq, n_kv_heads * k_dim]) and v ([seq, n_kv_heads * v_dim])
+  // into this layer's cache at the step's offset and attends q
+  // ([seq, n_heads * k_dim]) over the visible keys, scored as `scoring` says;
+  // returns [seq, n_heads * v_dim]. Widths from DecodeDims::kv_layout(); when
+  // the layout keeps the value inside the K row (MLA), v is ignored (pass
+  // kNoNode) and only k is written.
   NodeId attention(NodeId q, NodeId k, NodeId v, const AttentionScoring& scoring) const;
 
  private:

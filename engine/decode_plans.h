@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/graph/graph.h"
+#include "engine/kv_layout.h"
 
 namespace decoded {
 
@@ -27,6 +28,12 @@ struct DecodeDims {
   int32_t n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
   int32_t head_dim = 0;
   int32_t vocab = 0;
+  // The KV cache row geometry when it is not K and V slots of n_kv_heads x
+  // head_dim (left zero then): multi-head latent attention caches one shared
+  // latent row (KvLayout::SharedLatent). Read it through kv_layout().
+  KvLayout kv;
+
+  KvLayout kv_layout() const { return kv.k_dim > 0 ? kv : KvLayout::Separate(n_kv_heads, head_dim); }
 };
 
 class MaskPlan {

@@ -11,31 +11,39 @@ std::atomic<uint64_t> g_next_allocation_id{1};
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(Backend& backend, int32_t n_layers,
-                                                         int32_t n_kv_heads, int32_t head_dim,
-                                                         int32_t capacity) {
-  if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || capacity <= 0) {
+                                                         const KvLayout& layout, int32_t capacity) {
+  const bool v_slot = !layout.v_in_k;
+  if (n_layers <= 0 || layout.n_kv_heads <= 0 || layout.k_dim <= 0 || layout.v_dim <= 0 || capacity <= 0 ||
+      (!v_slot && layout.v_dim > layout.k_dim)) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache geometry must be positive: layers=", n_layers,
-                                                   " kv_heads=", n_kv_heads, " head_dim=", head_dim,
+                                                   " kv_heads=", layout.n_kv_heads, " k_dim=", layout.k_dim,
+                                                   " v_dim=", layout.v_dim, layout.v_in_k ? " (inside K)" : "",
                                                    " capacity=", capacity));
   }
   // The geometry may come from a model file: size the cache with overflow
-  // checks before allocating anything. per = bytes of K (or V) of one layer.
-  int64_t per = static_cast<int64_t>(sizeof(float));
+  // checks before allocating anything. k_per / v_per = bytes of K / V of one
+  // layer.
   bool overflow = false;
-  for (const int64_t f : {int64_t{n_kv_heads}, int64_t{capacity}, int64_t{head_dim}}) {
-    overflow |= __builtin_mul_overflow(per, f, &per);
-  }
-  int64_t total = 0;
-  overflow |= __builtin_mul_overflow(per, 2 * int64_t{n_layers}, &total);
+  auto slot_bytes = [&](int32_t dim) {
+    int64_t per = static_cast<int64_t>(sizeof(float));
+    for (const int64_t f : {int64_t{layout.n_kv_heads}, int64_t{capacity}, int64_t{dim}}) {
+      overflow |= __builtin_mul_overflow(per, f, &per);
+    }
+    return per;
+  };
+  const int64_t k_per = slot_bytes(layout.k_dim);
+  const int64_t v_per = v_slot ? slot_bytes(layout.v_dim) : 0;
+  int64_t per_layer = 0, total = 0;
+  overflow |= __builtin_add_overflow(k_per, v_per, &per_layer);
+  overflow |= __builtin_mul_overflow(per_layer, int64_t{n_layers}, &total);
   if (overflow) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache of layers=", n_layers, " kv_heads=", n_kv_heads,
-                                                     " head_dim=", head_dim, " capacity=", capacity,
-                                                     " would exceed 2^63 bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache of layers=", n_layers, " kv_heads=", layout.n_kv_heads,
+                                                     " k_dim=", layout.k_dim, " v_dim=", layout.v_dim,
+                                                     " capacity=", capacity, " would exceed 2^63 bytes"));
   }
   std::unique_ptr<KvCache> kv(new KvCache());
   kv->n_layers_ = n_layers;
-  kv->n_kv_heads_ = n_kv_heads;
-  kv->head_dim_ = head_dim;
+  kv->layout_ = layout;
   kv->capacity_ = capacity;
   kv->allocation_id_ = g_next_allocation_id.fetch_add(1);
   kv->versions_.assign(static_cast<size_t>(n_layers), 0);
@@ -47,12 +55,14 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(Backend& backend, int32
     return s;
   };
   for (int32_t l = 0; l < n_layers; ++l) {
-    auto k = backend.Allocate(static_cast<size_t>(per));
+    auto k = backend.Allocate(static_cast<size_t>(k_per));
     if (!k.ok()) return fail(k.status());
-    auto v = backend.Allocate(static_cast<size_t>(per));
-    if (!v.ok()) return fail(v.status());
     kv->k_.push_back(*std::move(k));
-    kv->v_.push_back(*std::move(v));
+    if (v_slot) {
+      auto v = backend.Allocate(static_cast<size_t>(v_per));
+      if (!v.ok()) return fail(v.status());
+      kv->v_.push_back(*std::move(v));
+    }
   }
   counters::AddKvBytes(kv->bytes());
   return kv;
@@ -63,12 +73,14 @@ KvCache::~KvCache() {
 }
 
 int64_t KvCache::bytes() const {
-  return 2LL * n_layers_ * n_kv_heads_ * head_dim_ * static_cast<int64_t>(capacity_) *
+  return static_cast<int64_t>(n_layers_) * capacity_ * layout_.floats_per_token() *
          static_cast<int64_t>(sizeof(float));
 }
 
 float* KvCache::k(int32_t layer) { return static_cast<float*>(k_[static_cast<size_t>(layer)]->data()); }
-float* KvCache::v(int32_t layer) { return static_cast<float*>(v_[static_cast<size_t>(layer)]->data()); }
+float* KvCache::v(int32_t layer) {
+  return v_.empty() ? nullptr : static_cast<float*>(v_[static_cast<size_t>(layer)]->data());
+}
 
 absl::Status KvCache::CheckWrite(int32_t n_tokens) const {
   if (n_tokens < 0 || static_cast<int64_t>(cached_len_) + n_tokens > capacity_) {

@@ -1,8 +1,11 @@
 // The KV cache of one decode session.
 //
-// Layout per layer (f32): K and V each [n_kv_heads, capacity, head_dim],
-// row `pos` of head h at ((h * capacity) + pos) * head_dim. Capacity is fixed
-// at creation; bytes = 2 * n_layers * n_kv_heads * head_dim * capacity * 4.
+// Layout per layer (f32), from the family's KvLayout (engine/kv_layout.h):
+// K [n_kv_heads, capacity, k_dim], row `pos` of head h at
+// ((h * capacity) + pos) * k_dim, and V the same with v_dim, or no V buffer
+// when the layout keeps the value inside the K row (v_in_k: MLA's latent).
+// Capacity is fixed at creation;
+// bytes = n_layers * capacity * layout.floats_per_token() * 4.
 //
 // Identity: allocation_id() is drawn from a process-wide counter that never
 // repeats, so a held decode plan can tell "the cache I was bound to" from
@@ -20,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
+#include "engine/kv_layout.h"
 
 namespace decoded {
 
@@ -29,15 +33,20 @@ class KvCache {
   // byte size (formula above) overflows int64 or the backend cannot allocate
   // it. The size is checked before anything is allocated.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(Backend& backend, int32_t n_layers,
+                                                         const KvLayout& layout, int32_t capacity);
+  // KvLayout::Separate(n_kv_heads, head_dim).
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(Backend& backend, int32_t n_layers,
                                                          int32_t n_kv_heads, int32_t head_dim,
-                                                         int32_t capacity);
+                                                         int32_t capacity) {
+    return Create(backend, n_layers, KvLayout::Separate(n_kv_heads, head_dim), capacity);
+  }
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
   int32_t n_layers() const { return n_layers_; }
-  int32_t n_kv_heads() const { return n_kv_heads_; }
-  int32_t head_dim() const { return head_dim_; }
+  const KvLayout& layout() const { return layout_; }
+  int32_t n_kv_heads() const { return layout_.n_kv_heads; }
   int32_t capacity() const { return capacity_; }
   int32_t cached_len() const { return cached_len_; }
   uint64_t allocation_id() const { return allocation_id_; }
@@ -45,6 +54,7 @@ class KvCache {
   int64_t bytes() const;
 
   float* k(int32_t layer);
+  // nullptr when the layout has no V slot (v_in_k).
   float* v(int32_t layer);
 
   // OK if `n_tokens` more rows fit after cached_len(); RESOURCE_EXHAUSTED
@@ -60,7 +70,8 @@ class KvCache {
 
  private:
   KvCache() = default;
-  int32_t n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
+  int32_t n_layers_ = 0, capacity_ = 0;
+  KvLayout layout_;
   int32_t cached_len_ = 0;
   uint64_t allocation_id_ = 0;
   std::vector<uint64_t> versions_;

@@ -63,7 +63,7 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
                                                      info_.context_length, "]"));
     }
     const DecodeDims& d = family_->dims();
-    auto kv = KvCache::Create(family_->backend(), d.n_layers, d.n_kv_heads, d.head_dim, max_seq_len);
+    auto kv = KvCache::Create(family_->backend(), d.n_layers, d.kv_layout(), max_seq_len);
     if (!kv.ok()) return kv.status();
     return std::unique_ptr<DecodeContext>(new ContextImpl(shared_from_this(), *std::move(kv)));
   }

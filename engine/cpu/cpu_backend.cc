@@ -102,11 +102,20 @@ class CpuPlan final : public CompiledPlan {
       if (n.op != Op::kKvWrite) s.out = static_cast<float*>(const_cast<void*>(ptr(id)));
       for (size_t j = 0; j < n.src.size() && j < 5; ++j) s.src[j] = ptr(n.src[j]);
       if (!n.src.empty()) s.rows = nodes[static_cast<size_t>(n.src[0])].rows;
-      if (n.op == Op::kMatMul) {
+      if (n.op == Op::kMatMul || n.op == Op::kHeadMatMul) {
         const Node& w = nodes[static_cast<size_t>(n.src[0])];
+        const Node& x = nodes[static_cast<size_t>(n.src[1])];
         s.w_row_bytes = w.weight->row_bytes;
         s.k = w.cols;
-        s.xq_row_bytes = quant::ActivationRowBytes(w.dtype, w.cols);
+        s.xq_row_bytes = quant::ActivationRowBytes(w.dtype, x.cols);
+        if (n.op == Op::kHeadMatMul) {
+          const int64_t g = n.n_groups;
+          if (g <= 0 || w.rows % g != 0 || x.cols != g * w.cols ||
+              quant::ActivationRowBytes(w.dtype, w.cols) * static_cast<size_t>(g) != s.xq_row_bytes) {
+            return absl::InvalidArgumentError(absl::StrCat(n.name, ": ", g, " groups do not split weight [", w.rows,
+                                                           ", ", w.cols, "] and input of ", x.cols, " columns"));
+          }
+        }
       }
       if (n.op == Op::kKvWrite || n.op == Op::kAttention) {
         if (res.kv == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.name, " needs a KV cache"));
@@ -115,17 +124,26 @@ class CpuPlan final : public CompiledPlan {
           return absl::InvalidArgumentError(absl::StrCat(n.name, ": layer ", layer, " outside the KV cache"));
         }
         s.capacity = res.kv->capacity();
-        const int32_t head_dim =
-            n.op == Op::kKvWrite ? n.kv_write.head_dim : static_cast<int32_t>(n.cols / n.attention.n_heads);
-        const int32_t kv_heads = n.op == Op::kKvWrite ? n.kv_write.n_kv_heads : n.attention.n_kv_heads;
-        if (head_dim != res.kv->head_dim() || kv_heads != res.kv->n_kv_heads()) {
-          return absl::InvalidArgumentError(absl::StrCat(n.name, ": KV geometry mismatch"));
-        }
+        const KvLayout& kl = res.kv->layout();
         if (n.op == Op::kKvWrite) {
-          s.cache = n.kv_write.is_v ? res.kv->v(layer) : res.kv->k(layer);
+          const KvWriteAttrs& a = n.kv_write;
+          if (a.n_kv_heads != kl.n_kv_heads || a.head_dim != (a.is_v ? kl.v_dim : kl.k_dim) ||
+              (a.is_v && kl.v_in_k)) {
+            return absl::InvalidArgumentError(absl::StrCat(n.name, ": KV geometry mismatch"));
+          }
+          s.cache = a.is_v ? res.kv->v(layer) : res.kv->k(layer);
         } else {
+          const AttentionAttrs& a = n.attention;
+          if (a.n_kv_heads != kl.n_kv_heads || a.k_dim != kl.k_dim || a.v_dim != kl.v_dim || a.v_in_k != kl.v_in_k ||
+              a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0) {
+            return absl::InvalidArgumentError(absl::StrCat(n.name, ": KV geometry mismatch"));
+          }
+          if (a.v_dim > cpu::kMaxValueDim) {
+            return absl::InvalidArgumentError(absl::StrCat(n.name, ": value width ", a.v_dim, " exceeds ",
+                                                           cpu::kMaxValueDim));
+          }
           s.kcache = res.kv->k(layer);
-          s.vcache = res.kv->v(layer);
+          s.vcache = kl.v_in_k ? s.kcache : res.kv->v(layer);
         }
       }
       if (n.op == Op::kMoeFfn) {
@@ -298,9 +316,40 @@ class CpuPlan final : public CompiledPlan {
       case Op::kAttention: {
         const AttentionAttrs& a = n.attention;
         const auto* bounds = static_cast<const int32_t*>(s.src[1]) + static_cast<int64_t>(a.variant) * n.rows * 2;
-        const int32_t head_dim = static_cast<int32_t>(n.cols / a.n_heads);
         cpu::Attention(static_cast<const float*>(s.src[0]), bounds, s.kcache, s.vcache, s.out, n.rows, a.n_heads,
-                       a.n_kv_heads, head_dim, s.capacity, a.scale, a.softcap, ith, nth);
+                       a.n_kv_heads, a.k_dim, a.v_dim, a.v_in_k ? a.k_dim : a.v_dim, s.capacity, a.scale, a.softcap,
+                       ith, nth);
+        break;
+      }
+      case Op::kHeadSlice: {
+        const HeadSliceAttrs& a = n.head_slice;
+        cpu::HeadSlice(static_cast<const float*>(s.src[0]), s.out, n.rows, a.n_groups, a.width, a.begin, a.count,
+                       ith, nth);
+        break;
+      }
+      case Op::kHeadConcat: {
+        const int32_t g = n.n_groups;
+        cpu::HeadConcat(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows, g,
+                        static_cast<int32_t>(graph_.node(n.src[0]).cols / g),
+                        static_cast<int32_t>(graph_.node(n.src[1]).cols / g), ith, nth);
+        break;
+      }
+      case Op::kHeadMatMul: {
+        // Threads share the weight rows of all groups; a thread's range is
+        // cut at group boundaries so each piece is one group's matmul.
+        const Node& w = graph_.node(n.src[0]);
+        const int64_t per = w.rows / n.n_groups;
+        const size_t xq_group_bytes = s.xq_row_bytes / static_cast<size_t>(n.n_groups);
+        int64_t b, e;
+        cpu::Share(w.rows, ith, nth, &b, &e);
+        while (b < e) {
+          const int64_t g = b / per;
+          const int64_t end = std::min(e, (g + 1) * per);
+          quant::MatMul(w.dtype, static_cast<const uint8_t*>(s.src[0]) + static_cast<size_t>(g * per) * s.w_row_bytes,
+                        s.w_row_bytes, s.k, static_cast<const uint8_t*>(s.src[1]) + g * xq_group_bytes,
+                        s.xq_row_bytes, n.rows, s.out + g * per, n.cols, b - g * per, end - g * per);
+          b = end;
+        }
         break;
       }
       case Op::kMoeFfn:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "engine/quant/quant.h"
@@ -200,44 +201,63 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 }
 
 void Attention(const float* q, const int32_t* bounds, const float* k, const float* v, float* out, int64_t seq,
-               int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t capacity, float scale,
-               float softcap, int ith, int nth) {
-  constexpr int32_t kMaxHeadDim = 1024;
+               int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim, int32_t v_stride,
+               int32_t capacity, float scale, float softcap, int ith, int nth) {
   const int32_t group = n_heads / n_kv_heads;
   const int64_t items = seq * n_heads;
   int64_t b, e;
   Share(items, ith, nth, &b, &e);
-  float acc[kMaxHeadDim];
+  float acc[kMaxValueDim];
   for (int64_t it = b; it < e; ++it) {
     const int64_t t = it / n_heads;
     const int32_t h = static_cast<int32_t>(it % n_heads);
     const int32_t kvh = h / group;
-    const float* qh = q + it * head_dim;
-    const float* kh = k + static_cast<int64_t>(kvh) * capacity * head_dim;
-    const float* vh = v + static_cast<int64_t>(kvh) * capacity * head_dim;
+    const float* qh = q + it * k_dim;
+    const float* kh = k + static_cast<int64_t>(kvh) * capacity * k_dim;
+    const float* vh = v + static_cast<int64_t>(kvh) * capacity * v_stride;
     const int32_t lo = bounds[2 * t];
     const int32_t hi = bounds[2 * t + 1];
     float m = -std::numeric_limits<float>::infinity();
     float l = 0.0f;
-    std::fill(acc, acc + head_dim, 0.0f);
+    std::fill(acc, acc + v_dim, 0.0f);
     for (int32_t j = lo; j < hi; ++j) {
-      float s = DotF32(qh, kh + static_cast<int64_t>(j) * head_dim, head_dim) * scale;
+      float s = DotF32(qh, kh + static_cast<int64_t>(j) * k_dim, k_dim) * scale;
       if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);
-      const float* vj = vh + static_cast<int64_t>(j) * head_dim;
+      const float* vj = vh + static_cast<int64_t>(j) * v_stride;
       if (s > m) {
         const float corr = std::exp(m - s);  // 0 on the first key
-        for (int32_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * corr + vj[d];
+        for (int32_t d = 0; d < v_dim; ++d) acc[d] = acc[d] * corr + vj[d];
         l = l * corr + 1.0f;
         m = s;
       } else {
         const float p = std::exp(s - m);
-        for (int32_t d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
+        for (int32_t d = 0; d < v_dim; ++d) acc[d] += p * vj[d];
         l += p;
       }
     }
-    float* o = out + it * head_dim;
+    float* o = out + it * v_dim;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int32_t d = 0; d < head_dim; ++d) o[d] = acc[d] * inv;
+    for (int32_t d = 0; d < v_dim; ++d) o[d] = acc[d] * inv;
+  }
+}
+
+void HeadSlice(const float* x, float* out, int64_t rows, int32_t n_groups, int32_t width, int32_t begin,
+               int32_t count, int ith, int nth) {
+  int64_t b, e;
+  Share(rows * n_groups, ith, nth, &b, &e);
+  for (int64_t it = b; it < e; ++it) {
+    std::memcpy(out + it * count, x + it * width + begin, static_cast<size_t>(count) * sizeof(float));
+  }
+}
+
+void HeadConcat(const float* a, const float* b, float* out, int64_t rows, int32_t n_groups, int32_t wa, int32_t wb,
+                int ith, int nth) {
+  int64_t lo, hi;
+  Share(rows * n_groups, ith, nth, &lo, &hi);
+  for (int64_t it = lo; it < hi; ++it) {
+    float* o = out + it * (wa + wb);
+    std::memcpy(o, a + it * wa, static_cast<size_t>(wa) * sizeof(float));
+    std::memcpy(o + wa, b + it * wb, static_cast<size_t>(wb) * sizeof(float));
   }
 }
 

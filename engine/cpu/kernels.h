@@ -68,12 +68,24 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 
 // Scaled dot-product attention (Vaswani et al. 2017) for query rows [seq]
 // against cache rows [lo_i, hi_i) given by `bounds` ([seq, 2] i32), one-pass
-// online softmax (Milakov & Gimelshein 2018). q, out [seq, n_heads * head_dim];
-// k, v [n_kv_heads, capacity, head_dim]. softcap > 0 applies
-// cap * tanh(score / cap) to the scaled scores (Gemma 2).
+// online softmax (Milakov & Gimelshein 2018). q [seq, n_heads * k_dim];
+// out [seq, n_heads * v_dim]; k [n_kv_heads, capacity, k_dim]; v
+// [n_kv_heads, capacity, v_stride] of which each row's first v_dim floats
+// are the value (v_stride == v_dim for a V slot; v == k and v_stride == k_dim
+// when the value lives inside the K row, MLA's latent). v_dim <= kMaxValueDim.
+// softcap > 0 applies cap * tanh(score / cap) to the scaled scores (Gemma 2).
+inline constexpr int32_t kMaxValueDim = 1024;
 void Attention(const float* q, const int32_t* bounds, const float* k, const float* v, float* out,
-               int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t capacity,
-               float scale, float softcap, int ith, int nth);
+               int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim, int32_t v_stride,
+               int32_t capacity, float scale, float softcap, int ith, int nth);
+
+// out[r, g*count + c] = x[r, g*width + begin + c] for g < n_groups.
+void HeadSlice(const float* x, float* out, int64_t rows, int32_t n_groups, int32_t width, int32_t begin,
+               int32_t count, int ith, int nth);
+
+// Group g of each out row = a's group g ([wa]) followed by b's ([wb]).
+void HeadConcat(const float* a, const float* b, float* out, int64_t rows, int32_t n_groups, int32_t wa, int32_t wb,
+                int ith, int nth);
 
 // One routing decision of a mixture-of-experts layer (Graph::moe_ffn): the
 // softmax of `logits` [n_expert] (max-subtracted, f32), the k largest

@@ -26,6 +26,9 @@ const char* OpName(Op op) {
     case Op::kKvWrite: return "kv_write";
     case Op::kAttention: return "attention";
     case Op::kMoeFfn: return "moe_ffn";
+    case Op::kHeadSlice: return "head_slice";
+    case Op::kHeadConcat: return "head_concat";
+    case Op::kHeadMatMul: return "head_matmul";
   }
   return "?";
 }
@@ -167,12 +170,36 @@ NodeId Graph::kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, i
   return push(std::move(n));
 }
 
-NodeId Graph::attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer,
-                        int32_t variant, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
-                        float scale, float softcap, std::string name) {
-  Node n = F32Node(Op::kAttention, node(q).rows, static_cast<int64_t>(n_heads) * head_dim,
-                   {q, mask, kwrite, vwrite}, std::move(name));
-  n.attention = {layer, variant, n_heads, n_kv_heads, scale, softcap};
+NodeId Graph::attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer, int32_t variant,
+                        int32_t n_heads, const KvLayout& layout, float scale, float softcap, std::string name) {
+  std::vector<NodeId> src = {q, mask, kwrite};
+  if (vwrite != kNoNode) src.push_back(vwrite);
+  Node n = F32Node(Op::kAttention, node(q).rows, static_cast<int64_t>(n_heads) * layout.v_dim, std::move(src),
+                   std::move(name));
+  n.attention = {.layer = layer, .variant = variant, .n_heads = n_heads, .n_kv_heads = layout.n_kv_heads,
+                 .k_dim = layout.k_dim, .v_dim = layout.v_dim, .v_in_k = layout.v_in_k, .scale = scale,
+                 .softcap = softcap};
+  return push(std::move(n));
+}
+
+NodeId Graph::head_slice(NodeId x, int32_t n_groups, int32_t begin, int32_t count, std::string name) {
+  Node n = F32Node(Op::kHeadSlice, node(x).rows, static_cast<int64_t>(n_groups) * count, {x}, std::move(name));
+  n.head_slice = {n_groups, static_cast<int32_t>(node(x).cols / n_groups), begin, count};
+  return push(std::move(n));
+}
+
+NodeId Graph::head_concat(NodeId a, NodeId b, int32_t n_groups, std::string name) {
+  Node n = F32Node(Op::kHeadConcat, node(a).rows, node(a).cols + node(b).cols, {a, b}, std::move(name));
+  n.n_groups = n_groups;
+  return push(std::move(n));
+}
+
+NodeId Graph::head_matmul(NodeId w, NodeId x, int32_t n_groups, std::string name) {
+  Node q = F32Node(Op::kQuantize, node(x).rows, node(x).cols, {x}, name + ".act");
+  q.act_for = node(w).dtype;
+  const NodeId xq = push(std::move(q));
+  Node n = F32Node(Op::kHeadMatMul, node(x).rows, node(w).rows, {w, xq}, std::move(name));
+  n.n_groups = n_groups;
   return push(std::move(n));
 }
 

@@ -25,6 +25,7 @@
 
 #include "absl/types/span.h"
 #include "engine/dtype.h"
+#include "engine/kv_layout.h"
 
 namespace decoded {
 
@@ -65,8 +66,11 @@ enum class Op : uint8_t {
   kTakeLastRow,  // out[0] = x[rows - 1]                  src: x
   kRope,         // rotary embedding of each head's first rope.rot_dims, paired per rope.pairing; src: x, cos, sin
   kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
-  kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite, vwrite
+  kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite [, vwrite]
   kMoeFfn,       // routed SwiGLU experts: see Graph::moe_ffn; src: x, router_logits, gate_exps, up_exps, down_exps
+  kHeadSlice,    // out[r, g*count + c] = x[r, g*width + begin + c]   src: x
+  kHeadConcat,   // per group g: out row = [a's group g, b's group g]  src: a, b
+  kHeadMatMul,   // per group g: out[i, g*n + r] = dot(W[g*n + r], xq[i] group g)  src: W(weight), xq(kQuantize)
 };
 
 const char* OpName(Op op);
@@ -106,6 +110,9 @@ struct AttentionAttrs {
   int32_t variant = 0;  // rows [variant * seq, (variant + 1) * seq) of the mask
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;  // GQA: head h reads kv head h / (n_heads / n_kv_heads)
+  int32_t k_dim = 0;       // q and K width per head
+  int32_t v_dim = 0;       // value (and output) width per head
+  bool v_in_k = false;     // the value is the first v_dim columns of the K row (no V slot)
   float scale = 0.0f;      // multiplies q.k
   float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap)
 };
@@ -119,6 +126,15 @@ struct MoeAttrs {
   int32_t n_expert = 0;
   int32_t k = 0;  // experts used per row, in [1, n_expert]
   bool norm_topk_prob = false;
+};
+
+// Per-group column ranges (kHeadSlice): x's columns are n_groups groups of
+// `width`; each keeps [begin, begin + count).
+struct HeadSliceAttrs {
+  int32_t n_groups = 0;
+  int32_t width = 0;
+  int32_t begin = 0;
+  int32_t count = 0;
 };
 
 struct Node {
@@ -136,6 +152,8 @@ struct Node {
   KvWriteAttrs kv_write;        // kKvWrite
   AttentionAttrs attention;     // kAttention
   MoeAttrs moe;                 // kMoeFfn
+  HeadSliceAttrs head_slice;    // kHeadSlice
+  int32_t n_groups = 0;         // kHeadConcat, kHeadMatMul
 
   const WeightTensor* weight = nullptr;  // kWeight
   int32_t input_slot = -1;               // kInput: index into the session's bindings
@@ -203,12 +221,28 @@ class Graph {
   // Attributes: Node::kv_write. Output: [0, 0] (an effect).
   NodeId kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
                   KvOffsetPath path, NodeId offset, std::string name);
-  // q [seq, n_heads * head_dim] against layer `layer`'s cache rows named by
-  // mask rows [variant * seq, (variant + 1) * seq). Reads after kwrite/vwrite.
-  // Attributes: Node::attention (softcap 0 = none).
-  NodeId attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer,
-                   int32_t variant, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
-                   float scale, float softcap, std::string name);
+  // q [seq, n_heads * layout.k_dim] against layer `layer`'s cache rows named
+  // by mask rows [variant * seq, (variant + 1) * seq); output
+  // [seq, n_heads * layout.v_dim]. Reads after kwrite and vwrite (kNoNode when
+  // layout.v_in_k: the value is then the first v_dim columns of the K row).
+  // layout.n_kv_heads divides n_heads (GQA). Attributes: Node::attention
+  // (softcap 0 = none).
+  NodeId attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer, int32_t variant,
+                   int32_t n_heads, const KvLayout& layout, float scale, float softcap, std::string name);
+
+  // ---- per-group (per-head) column ops ----
+  // x [r, n_groups * width] -> [r, n_groups * count]: columns
+  // [begin, begin + count) of every group (q's nope / rope parts per head).
+  NodeId head_slice(NodeId x, int32_t n_groups, int32_t begin, int32_t count, std::string name);
+  // a [r, n_groups * wa], b [r, n_groups * wb] -> [r, n_groups * (wa + wb)],
+  // group g of the output being a's group g followed by b's.
+  NodeId head_concat(NodeId a, NodeId b, int32_t n_groups, std::string name);
+  // A block-diagonal matmul: weight W [n_groups * n, k] holds one [n, k]
+  // matrix per group; x [m, n_groups * k] -> [m, n_groups * n], group g of
+  // the output being x's group g times W's matrix g transposed. k must be
+  // whole blocks of W's type (groups of the converted activation row then
+  // start on block boundaries). Inserts the activation conversion as matmul.
+  NodeId head_matmul(NodeId w, NodeId x, int32_t n_groups, std::string name);
 
   // x f32 [rows, hidden]; router_logits f32 [rows, n_expert]; gate_exps and
   // up_exps weights of n_expert planes [ffn, hidden], down_exps of n_expert

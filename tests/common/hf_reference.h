@@ -68,8 +68,7 @@ inline double MaxAbsErrorVsHf(const DecodeModel& model, const nlohmann::json& re
   const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
   const std::vector<int32_t> forced = ref["decode_ids"].get<std::vector<int32_t>>();
   const int32_t vocab = model.dims().vocab;
-  auto kv = KvCache::Create(model.backend(), model.dims().n_layers, model.dims().n_kv_heads, model.dims().head_dim,
-                            64);
+  auto kv = KvCache::Create(model.backend(), model.dims().n_layers, model.dims().kv_layout(), 64);
   EXPECT_TRUE(kv.ok());
   if (!kv.ok()) return 1e9;
   double worst = 0;

@@ -45,7 +45,7 @@ class LlamaCppComparator {
       const auto want = c["generated_ids"].get<std::vector<int32_t>>();
       const auto gaps = c["top1_top2_gap"].get<std::vector<double>>();
       const DecodeDims& d = model_.dims();
-      auto kv = KvCache::Create(model_.backend(), d.n_layers, d.n_kv_heads, d.head_dim, 128);
+      auto kv = KvCache::Create(model_.backend(), d.n_layers, d.kv_layout(), 128);
       EXPECT_TRUE(kv.ok());
       auto first = forward_with_kv_context(model_, **kv, prompt, false, ex);
       EXPECT_TRUE(first.ok()) << first.status();

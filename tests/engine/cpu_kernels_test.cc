@@ -1,6 +1,6 @@
-// The CPU kernels of the FFN, norm, bias, RoPE and MoE ops against their
-// formulas written out independently here (papers / HF modeling code), in
-// double.
+// The CPU kernels of the FFN, norm, bias, RoPE, MoE and per-head (MLA) ops
+// against their formulas written out independently here (papers / HF
+// modeling code), in double.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -393,6 +393,64 @@ TEST(MoeKernelTest, QuantizedExpertsMatchTheFormulaOnDequantizedWeights) {
   }
   EXPECT_LT(worst, 0.02 * scale);  // Q8_0 activations: ~1/127 relative per dot product
   EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+}
+
+// The per-head column moves of multi-head latent attention: slice columns
+// [begin, begin + count) of each group, concatenate two tensors group by group.
+TEST(CpuKernelsTest, HeadSliceAndHeadConcatMoveEachGroupsColumns) {
+  constexpr int64_t rows = 3;
+  constexpr int32_t groups = 4, width = 6, begin = 2, count = 3, wb = 2;
+  const std::vector<float> x = Random(rows * groups * width, 5);
+  std::vector<float> sliced(rows * groups * count, -1.0f);
+  HeadSlice(x.data(), sliced.data(), rows, groups, width, begin, count, 0, 1);
+  const std::vector<float> b = Random(rows * groups * wb, 6);
+  std::vector<float> cat(rows * groups * (count + wb), -1.0f);
+  HeadConcat(sliced.data(), b.data(), cat.data(), rows, groups, count, wb, 0, 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int32_t g = 0; g < groups; ++g) {
+      for (int32_t c = 0; c < count; ++c) {
+        EXPECT_EQ(sliced[(r * groups + g) * count + c], x[(r * groups + g) * width + begin + c]);
+        EXPECT_EQ(cat[(r * groups + g) * (count + wb) + c], x[(r * groups + g) * width + begin + c]);
+      }
+      for (int32_t c = 0; c < wb; ++c) {
+        EXPECT_EQ(cat[(r * groups + g) * (count + wb) + count + c], b[(r * groups + g) * wb + c]);
+      }
+    }
+  }
+}
+
+// MLA's cache: one row [latent | k_rope] per position, the value being the
+// latent (the row's first v_dim columns). Against softmax(scale q.k) . k[:v_dim]
+// written out in double, for every head over one shared row.
+TEST(CpuKernelsTest, AttentionReadsTheValueFromTheLeadingColumnsOfTheKeyRow) {
+  constexpr int32_t heads = 3, k_dim = 10, v_dim = 6, capacity = 8, seq = 2;
+  constexpr float scale = 0.3f;
+  const std::vector<float> k = Random(capacity * k_dim, 7);
+  const std::vector<float> q = Random(seq * heads * k_dim, 8);
+  const int32_t bounds[] = {0, 4, 1, 5};  // row 0 sees keys [0, 4), row 1 [1, 5)
+  std::vector<float> out(seq * heads * v_dim, -1.0f);
+  Attention(q.data(), bounds, k.data(), k.data(), out.data(), seq, heads, /*n_kv_heads=*/1, k_dim, v_dim,
+            /*v_stride=*/k_dim, capacity, scale, /*softcap=*/0.0f, 0, 1);
+  for (int32_t t = 0; t < seq; ++t) {
+    for (int32_t h = 0; h < heads; ++h) {
+      const float* qh = q.data() + (t * heads + h) * k_dim;
+      std::vector<double> s;
+      double mx = -1e300;
+      for (int32_t j = bounds[2 * t]; j < bounds[2 * t + 1]; ++j) {
+        double dot = 0;
+        for (int32_t d = 0; d < k_dim; ++d) dot += static_cast<double>(qh[d]) * k[j * k_dim + d];
+        s.push_back(dot * scale);
+        mx = std::max(mx, s.back());
+      }
+      double z = 0;
+      for (double& v : s) z += (v = std::exp(v - mx));
+      for (int32_t d = 0; d < v_dim; ++d) {
+        double want = 0;
+        for (size_t i = 0; i < s.size(); ++i) want += s[i] / z * k[(bounds[2 * t] + i) * k_dim + d];
+        EXPECT_NEAR(out[(t * heads + h) * v_dim + d], want, 1e-5);
+      }
+    }
+  }
 }
 
 }  // namespace

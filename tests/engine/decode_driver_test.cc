@@ -141,7 +141,7 @@ TEST_F(TinyFixtureTest, DeviceOffsetAndSymbolPathsWriteIdenticalBytes) {
   // Only the rows written so far: the rest of a cache buffer is uninitialised
   // (kv_cache.h), so comparing it depends on what the allocator reused.
   ASSERT_EQ(kv_d->write_offset(), kv_s->write_offset());
-  const size_t row_bytes = static_cast<size_t>(kv_d->head_dim()) * sizeof(float);
+  const size_t row_bytes = static_cast<size_t>(kv_d->layout().k_dim) * sizeof(float);
   const size_t written = static_cast<size_t>(kv_d->write_offset()) * row_bytes;
   for (int32_t layer = 0; layer < dev.model->dims().n_layers; ++layer) {
     for (int32_t h = 0; h < kv_d->n_kv_heads(); ++h) {

@@ -1,0 +1,352 @@
+// DeepSeek-V2 (HF transformers models/deepseek_v2, DeepseekV2ForCausalLM);
+// GGUF names and keys as llama.cpp's deepseek2 architecture writes them
+// (conversion/deepseek.py): MLA stored as MQA over the latent, kv_b split per
+// head into attn_k_b (k half, transposed) and attn_v_b.
+//
+// Per layer: x + attn(rmsnorm(x)), then + SwiGLU(rmsnorm(.)). Attention is
+// multi-head latent attention (DeepSeek-V2 paper, section 2.1):
+//   q        attn_q, or attn_q_a -> RMSNorm attn_q_a_norm -> attn_q_b when
+//            attention.q_lora_rank is set; per head [q_nope | q_rope];
+//   kv       attn_kv_a_mqa -> [latent (kv_lora_rank) | k_rope (rope dims)];
+//            the latent is RMS-normed (attn_kv_a_norm); k_rope is one head
+//            shared by all query heads (decoupled RoPE);
+//   RoPE     on q_rope and k_rope only, adjacent pairs (HF rotates complex
+//            pairs; llama.cpp NORM, nothing permuted);
+//   cache    one row per token: [normed latent | rotated k_rope]
+//            (KvLayout::SharedLatent), the value being the latent itself;
+//   absorbed the up-projections are folded into q and the output instead of
+//            expanding the cache: q_lat_h = q_nope_h W_kb_h (so
+//            q_lat_h . latent = q_nope_h . k_nope_h), scores
+//            [q_lat_h | q_rope_h] . row * 1 / sqrt(qk_nope + qk_rope), the
+//            attention output per head is a latent, and W_vb_h maps it to
+//            v_head_dim before attn_output.
+// The first leading_dense_block_count layers have the dense FFN modelled
+// here; the MoE layers after them (shared + routed experts, group-limited
+// top-k) and YaRN RoPE scaling are refused (UNIMPLEMENTED, naming the key or
+// tensor).
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "engine/decode_model.h"
+#include "engine/hparam_bounds.h"
+#include "engine/hparams.h"
+#include "engine/model_registry.h"
+#include "models/family_base.h"
+#include "models/fused_weights.h"
+#include "models/transformer_dims.h"
+
+namespace decoded {
+namespace {
+
+constexpr char kArch[] = "deepseek2";
+// The attention kernels accumulate one value row per head on the stack.
+constexpr int64_t kMaxKvLoraRank = 1024;
+
+struct Deepseek2Config {
+  int32_t ffn = 0;
+  int32_t q_lora_rank = 0;  // 0: q projected directly (attn_q)
+  int32_t kv_lora_rank = 0;
+  int32_t qk_nope = 0;
+  int32_t qk_rope = 0;
+  int32_t v_head = 0;
+  int32_t dense_layers = 0;  // leading_dense_block_count
+  double rope_base = 10000.0;
+  double eps = 1e-6;
+};
+
+struct LayerWeights {
+  const WeightTensor *attn_norm, *q, *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *k_b, *v_b, *wo;
+  const WeightTensor *ffn_norm, *gate, *up, *down;
+};
+
+class Deepseek2 final : public FamilyBase {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeModel>> Create(std::shared_ptr<const Weights> weights,
+                                                             const FamilyOptions& options) {
+    auto m = std::unique_ptr<Deepseek2>(new Deepseek2(std::move(weights), options));
+    if (auto s = m->ReadConfig(); !s.ok()) return s;
+    if (auto s = m->BindWeights(); !s.ok()) return s;
+    return std::unique_ptr<DecodeModel>(std::move(m));
+  }
+
+  NodeId embed(Graph& g, NodeId token_ids) const override {
+    return g.get_rows(g.weight(*tok_embd_), token_ids, "inp_embd");
+  }
+
+  NodeId decode_apply_layer(const DecodeLayerInputs& in) const override {
+    Graph& g = in.graph;
+    const LayerWeights& w = layers_[static_cast<size_t>(in.layer)];
+    const std::string p = absl::StrCat("blk.", in.layer, ".");
+    const int32_t heads = dims_.n_heads;
+    const float eps = static_cast<float>(cfg_.eps);
+    auto mm = [&](const WeightTensor* wt, NodeId x, const char* name) { return g.matmul(g.weight(*wt), x, p + name); };
+
+    const NodeId h = g.rms_norm(in.x, g.weight(*w.attn_norm), eps, p + "attn_norm");
+    const NodeId q = w.q != nullptr ? mm(w.q, h, "attn_q")
+                                    : mm(w.q_b, g.rms_norm(mm(w.q_a, h, "attn_q_a"), g.weight(*w.q_a_norm), eps,
+                                                           p + "attn_q_a_norm"),
+                                         "attn_q_b");
+    const NodeId q_nope = g.head_slice(q, heads, 0, cfg_.qk_nope, p + "q_nope");
+    const NodeId q_rope = in.rope(g.head_slice(q, heads, cfg_.qk_nope, cfg_.qk_rope, p + "q_pe"), heads, p + "rope_q");
+
+    const NodeId kv = mm(w.kv_a, h, "attn_kv_a_mqa");
+    const NodeId latent = g.rms_norm(g.head_slice(kv, 1, 0, cfg_.kv_lora_rank, p + "kv_latent"),
+                                     g.weight(*w.kv_a_norm), eps, p + "attn_kv_a_norm");
+    const NodeId k_rope =
+        in.rope(g.head_slice(kv, 1, cfg_.kv_lora_rank, cfg_.qk_rope, p + "k_pe"), 1, p + "rope_k");
+    const NodeId k_row = g.head_concat(latent, k_rope, 1, p + "kv_cache_row");
+
+    const NodeId q_lat = g.head_matmul(g.weight(*w.k_b), q_nope, heads, p + "attn_k_b");
+    const NodeId q_row = g.head_concat(q_lat, q_rope, heads, p + "q_absorbed");
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.qk_nope + cfg_.qk_rope)));
+    const NodeId o_lat = in.attention(q_row, k_row, kNoNode, {.scale = scale});
+    const NodeId o = g.head_matmul(g.weight(*w.v_b), o_lat, heads, p + "attn_v_b");
+    const NodeId x1 = g.add(in.x, mm(w.wo, o, "attn_output"), p + "attn_residual");
+
+    const NodeId f = g.rms_norm(x1, g.weight(*w.ffn_norm), eps, p + "ffn_norm");
+    const NodeId act = g.swiglu(mm(w.gate, f, "ffn_gate"), mm(w.up, f, "ffn_up"), p + "ffn_swiglu");
+    return g.add(x1, mm(w.down, act, "ffn_down"), p + "ffn_residual");
+  }
+
+  NodeId output_logits(Graph& g, NodeId hidden) const override {
+    const NodeId h = g.rms_norm(hidden, g.weight(*output_norm_), static_cast<float>(cfg_.eps), "output_norm");
+    return g.matmul(g.weight(*output_), h, "output");
+  }
+
+ private:
+  Deepseek2(std::shared_ptr<const Weights> weights, const FamilyOptions& options)
+      : FamilyBase(kArch, std::move(weights), options) {}
+
+  absl::Status ReadConfig() {
+    namespace hb = hparam_bounds;
+    HParams hp(*weights_, kArch);
+    DecodeDims& d = dims_;
+    Deepseek2Config& c = cfg_;
+    auto assign = [](auto& dst, auto v) -> absl::Status {
+      if (!v.ok()) return v.status();
+      dst = *v;
+      return absl::OkStatus();
+    };
+    int32_t key_length = 0, value_length = 0, key_length_mla = 0;
+    // Each read may use the ones before it, so they run in order.
+    const std::function<absl::Status()> reads[] = {
+        [&] { return assign(d.n_layers, hp.LayerCount("block_count")); },
+        [&] { return assign(d.hidden, hp.Int("embedding_length", {1, hb::kMaxWidth})); },
+        [&] { return assign(c.ffn, hp.Int("feed_forward_length", {1, hb::kMaxWidth})); },
+        [&] { return assign(d.n_heads, hp.Int("attention.head_count", {1, hb::kMaxHeads})); },
+        // MLA is stored as MQA over the latent: one KV "head".
+        [&] { return assign(d.n_kv_heads, hp.IntOr("attention.head_count_kv", 1, {1, 1, "MLA (one latent)"})); },
+        [&] { return assign(context_length_, hp.Int("context_length", {1, hb::kMaxContextLength})); },
+        [&] {
+          return assign(c.eps, hp.Float("attention.layer_norm_rms_epsilon", {hb::kMinNormalFloat32, 1.0}));
+        },
+        [&] { return assign(c.q_lora_rank, hp.IntOr("attention.q_lora_rank", 0, {0, hb::kMaxWidth})); },
+        [&] { return assign(c.kv_lora_rank, hp.Int("attention.kv_lora_rank", {1, kMaxKvLoraRank})); },
+        [&] { return assign(c.qk_rope, hp.Int("rope.dimension_count", {2, hb::kMaxHeadDim, "", 2})); },
+        // The cached row: latent then k_rope.
+        [&] {
+          return assign(key_length, hp.Int("attention.key_length", {c.kv_lora_rank + c.qk_rope,
+                                                                     c.kv_lora_rank + c.qk_rope,
+                                                                     hp.key("attention.kv_lora_rank") + " + " +
+                                                                         hp.key("rope.dimension_count")}));
+        },
+        [&] {
+          return assign(value_length, hp.Int("attention.value_length",
+                                             {c.kv_lora_rank, c.kv_lora_rank, hp.key("attention.kv_lora_rank")}));
+        },
+        // Per query head: nope + rope for q.k, v_head_dim for the value.
+        [&] {
+          return assign(key_length_mla, hp.Int("attention.key_length_mla",
+                                               {c.qk_rope + 1, hb::kMaxHeadDim, ""}));
+        },
+        [&] { return assign(c.v_head, hp.Int("attention.value_length_mla", {1, hb::kMaxHeadDim})); },
+        [&] { return assign(c.rope_base, hp.FloatOr("rope.freq_base", 10000.0, {1.0, hb::kMaxFloat32})); },
+        [&] { return ReadRopeScaling(hp); },
+        [&] {
+          return assign(c.dense_layers, hp.IntOr("leading_dense_block_count", 0, {0, d.n_layers,
+                                                                                  hp.key("block_count")}));
+        },
+        [&]() -> absl::Status {
+          if (c.dense_layers == d.n_layers) return absl::OkStatus();
+          return absl::UnimplementedError(absl::StrCat(
+              "model file: ", hp.key("leading_dense_block_count"), " = ", c.dense_layers, " of ", d.n_layers,
+              " layers: the mixture-of-experts layers after the leading dense ones are not supported for ", kArch,
+              " yet"));
+        },
+    };
+    for (const auto& read : reads) {
+      if (absl::Status s = read(); !s.ok()) return s;
+    }
+    c.qk_nope = key_length_mla - c.qk_rope;
+    d.head_dim = key_length;  // the MQA head over the latent, as the file states it
+    d.kv = KvLayout::SharedLatent(key_length, value_length);
+    auto mp = MaskPlan::Create(std::vector<int32_t>(static_cast<size_t>(d.n_layers), 0));
+    if (!mp.ok()) return mp.status();
+    mask_plan_ = *std::move(mp);
+    // RoPE runs on the rope parts alone: its "head" is qk_rope wide.
+    auto rp = RopePlan::Create(
+        std::vector<RopeLayer>(static_cast<size_t>(d.n_layers), RopeLayer{true, c.rope_base, 1.0}), c.qk_rope,
+        RopePairing::kAdjacent);
+    if (!rp.ok()) return rp.status();
+    rope_plan_ = *std::move(rp);
+    return absl::OkStatus();
+  }
+
+  // The converter writes YaRN for DeepSeek-V2's 128k models (type "yarn",
+  // factor, original context, yarn_log_multiplier); the tiny models and
+  // unscaled ones carry none.
+  absl::Status ReadRopeScaling(const HParams& hp) {
+    std::string type = "none";
+    if (weights_->file().Find(hp.key("rope.scaling.type")) != nullptr) {
+      auto t = weights_->file().GetString(hp.key("rope.scaling.type"));
+      if (!t.ok()) return t.status();
+      type = *t;
+    }
+    auto factor = hp.FloatOr("rope.scaling.factor", 0, {1.0 / 1024, 1024, true});
+    if (!factor.ok()) return factor.status();
+    if (type != "none" || (*factor != 0 && *factor != 1.0)) {
+      return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.scaling.type"), " = \"", type, "\", ",
+                                                   hp.key("rope.scaling.factor"), " = ", *factor,
+                                                   ": RoPE scaling (YaRN) is not supported for ", kArch, " yet"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BindWeights() {
+    DecodeDims& d = dims_;
+    const Deepseek2Config& c = cfg_;
+    HParams hp(*weights_, kArch);
+    auto bound = BindEmbeddingAndOutput(hp, *weights_, d);
+    if (!bound.ok()) return bound.status();
+    tok_embd_ = bound->tok_embd;
+    output_ = bound->output;
+    output_norm_ = bound->output_norm;
+    const Dim one{1, "a norm weight"};
+    const Dim hidden = hp.dim("embedding_length", d.hidden);
+    const Dim heads = hp.dim("attention.head_count", d.n_heads);
+    const Dim q_dim = heads * hp.dim("attention.key_length_mla", c.qk_nope + c.qk_rope);
+    const Dim q_lora = hp.dim("attention.q_lora_rank", c.q_lora_rank);
+    const Dim kv_lora = hp.dim("attention.kv_lora_rank", c.kv_lora_rank);
+    const Dim kv_a = hp.dim("attention.key_length", c.kv_lora_rank + c.qk_rope);
+    const Dim nope{c.qk_nope, absl::StrCat(hp.key("attention.key_length_mla"), " - ", hp.key("rope.dimension_count"),
+                                           " = ", c.qk_nope)};
+    const Dim v_head = hp.dim("attention.value_length_mla", c.v_head);
+    const Dim ffn = hp.dim("feed_forward_length", c.ffn);
+
+    auto bind = [&](const std::string& name, const Dim& rows, const Dim& cols, bool f32,
+                    const WeightTensor** dst) -> absl::Status {
+      auto t = hp.Tensor(name, rows, cols);
+      if (!t.ok()) return t.status();
+      if (f32 && (*t)->type != DType::kF32) {
+        return absl::UnimplementedError(
+            absl::StrCat("tensor ", name, ": norm weights must be f32, got ", DTypeName((*t)->type)));
+      }
+      *dst = *t;
+      return absl::OkStatus();
+    };
+    if (output_norm_->type != DType::kF32) {
+      return absl::UnimplementedError("tensor output_norm.weight: norm weights must be f32");
+    }
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+      const std::string p = absl::StrCat("blk.", il, ".");
+      // What this layer would need beyond the dense MLA layer.
+      for (const char* unmodelled :
+           {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+            "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight", "exp_probs_b.bias"}) {
+        if (weights_->Find(p + unmodelled) != nullptr) {
+          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, unmodelled,
+                                                       " (mixture-of-experts FFN) is not supported for ", kArch,
+                                                       " yet"));
+        }
+      }
+      for (const char* unmodelled : {"attn_q_a.bias", "attn_kv_a_mqa.bias", "attn_output.bias", "attn_q.bias"}) {
+        if (weights_->Find(p + unmodelled) != nullptr) {
+          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, unmodelled,
+                                                       " (attention bias) is not supported for ", kArch));
+        }
+      }
+      if (weights_->Find(p + "attn_kv_b.weight") != nullptr && weights_->Find(p + "attn_k_b.weight") == nullptr) {
+        return absl::UnimplementedError(absl::StrCat("model file: tensor ", p,
+                                                     "attn_kv_b.weight without attn_k_b / attn_v_b (a file from a "
+                                                     "converter that did not split kv_b) is not supported for ",
+                                                     kArch, "; reconvert it"));
+      }
+      LayerWeights lw{};
+      struct Want {
+        const WeightTensor** dst;
+        std::string name;
+        Dim rows;
+        Dim cols;
+        bool f32;
+      };
+      std::vector<Want> wants = {
+          {&lw.attn_norm, "attn_norm.weight", one, hidden, true},
+          {&lw.kv_a, "attn_kv_a_mqa.weight", kv_a, hidden, false},
+          {&lw.kv_a_norm, "attn_kv_a_norm.weight", one, kv_lora, true},
+          {&lw.wo, "attn_output.weight", hidden, heads * v_head, false},
+          {&lw.ffn_norm, "ffn_norm.weight", one, hidden, true},
+          {&lw.gate, "ffn_gate.weight", ffn, hidden, false},
+          {&lw.up, "ffn_up.weight", ffn, hidden, false},
+          {&lw.down, "ffn_down.weight", hidden, ffn, false},
+      };
+      if (c.q_lora_rank > 0) {
+        if (weights_->Find(p + "attn_q.weight") != nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("model file: tensor ", p, "attn_q.weight beside ",
+                                                         hp.key("attention.q_lora_rank"), " = ", c.q_lora_rank,
+                                                         " (q is either direct or low-rank)"));
+        }
+        wants.push_back({&lw.q_a, "attn_q_a.weight", q_lora, hidden, false});
+        wants.push_back({&lw.q_a_norm, "attn_q_a_norm.weight", one, q_lora, true});
+        wants.push_back({&lw.q_b, "attn_q_b.weight", q_dim, q_lora, false});
+      } else {
+        if (weights_->Find(p + "attn_q_a.weight") != nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("model file: tensor ", p, "attn_q_a.weight without ",
+                                                         hp.key("attention.q_lora_rank")));
+        }
+        wants.push_back({&lw.q, "attn_q.weight", q_dim, hidden, false});
+      }
+      for (const Want& want : wants) {
+        if (auto s = bind(p + want.name, want.rows, want.cols, want.f32, want.dst); !s.ok()) return s;
+      }
+      // attn_k_b [heads, kv_lora, nope] and attn_v_b [heads, v_head, kv_lora]:
+      // one plane per head, read by head_matmul as the planes' rows stacked.
+      for (auto [dst, name, rows, cols] : {std::tuple{&lw.k_b, "attn_k_b.weight", kv_lora, nope},
+                                           std::tuple{&lw.v_b, "attn_v_b.weight", v_head, kv_lora}}) {
+        auto t = hp.Tensor3(p + std::string(name), heads, rows, cols);
+        if (!t.ok()) return t.status();
+        WeightTensor stacked = **t;
+        stacked.rows *= stacked.planes;
+        stacked.planes = 1;
+        *dst = views_.Add(std::move(stacked));
+      }
+      layers_.push_back(lw);
+    }
+    hash_ = absl::HashOf(std::string(kArch), d.n_layers, d.hidden, d.n_heads, d.vocab, c.ffn, c.q_lora_rank,
+                         c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, c.rope_base, c.eps, output_ == tok_embd_);
+    return absl::OkStatus();
+  }
+
+  Deepseek2Config cfg_;
+  const WeightTensor* tok_embd_ = nullptr;
+  const WeightTensor* output_ = nullptr;
+  const WeightTensor* output_norm_ = nullptr;
+  WeightViews views_;  // the stacked per-head attn_k_b / attn_v_b
+  std::vector<LayerWeights> layers_;
+};
+
+absl::StatusOr<std::unique_ptr<DecodeModel>> CreateDeepseek2(std::shared_ptr<const Weights> weights,
+                                                             const FamilyOptions& options) {
+  return Deepseek2::Create(std::move(weights), options);
+}
+
+}  // namespace
+
+DECODED_REGISTER_FAMILY("deepseek2", CreateDeepseek2);
+
+}  // namespace decoded

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Builds tiny random-weight DeepSeek-V2 models (MLA attention, dense FFN) and their Hugging Face reference logits.
+
+Two fixtures, both `DeepseekV2ForCausalLM`, 2 layers, all dense (first_k_dense_replace = num_hidden_layers, so no
+MoE layer exists: decoded refuses those, models/deepseek2.cc):
+  deepseek2_tiny      q through the low-rank path (q_lora_rank 24: attn_q_a -> attn_q_a_norm -> attn_q_b), as
+                      DeepSeek-V2;
+  deepseek2lite_tiny  q projected directly (q_lora_rank None: attn_q), as DeepSeek-V2-Lite.
+MLA geometry: 4 heads, kv_lora_rank 16, qk_nope_head_dim 8, qk_rope_head_dim 8, v_head_dim 12 (v differs from the
+nope width so a loader that confuses the k and v halves of kv_b fails), rope_theta 10000, no RoPE scaling.
+rms_norm_eps is 1e-6 because HF builds q_a_layernorm and kv_a_layernorm with their default eps (1e-6) whatever the
+config says, while llama.cpp uses attention.layer_norm_rms_epsilon for every norm: at 1e-6 both agree.
+
+Each GGUF is written as llama.cpp's converter writes deepseek2 (conversion/deepseek.py DeepseekV2Model, read, not
+copied; the vendored gguf-py is used so the MLA key names are llama.cpp's own):
+  keys      TextModel's (context/embedding length, block count, feed_forward_length, head_count,
+            head_count_kv = 1: MLA is stored as MQA over the latent, rope.freq_base, layer_norm_rms_epsilon)
+            plus leading_dense_block_count, vocab_size, attention.q_lora_rank (only when set), attention.kv_lora_rank,
+            attention.key_length = kv_lora_rank + qk_rope_head_dim, attention.value_length = kv_lora_rank,
+            attention.key_length_mla = qk_nope + qk_rope, attention.value_length_mla = v_head_dim,
+            expert_feed_forward_length, expert_shared_count = 0, rope.dimension_count = qk_rope_head_dim;
+  tensors   HF names through gguf's DEEPSEEK2 name map; kv_b_proj split per head into attn_k_b
+            ([heads, kv_lora_rank, qk_nope], the k half transposed) and attn_v_b ([heads, v_head_dim, kv_lora_rank]),
+            3-D; nothing permuted: HF rotates adjacent pairs (view_as_complex), llama.cpp's deepseek2 uses NORM RoPE.
+Weights are float32; no tokenizer. Reference logits and JSON layout are those of tools/make_llama_fixture.py.
+
+Usage: python3 tools/make_deepseek2_fixtures.py [--out-dir tests/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_llama_fixture import f32_list, run_reference  # noqa: E402
+
+LLAMA_CPP = Path.home() / ".cache/decoded/llama-cpp-python/src-0.3.36/vendor/llama.cpp"
+sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+
+try:
+    import gguf
+    import torch
+    import transformers
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+except ImportError as exc:
+    sys.exit(f"make_deepseek2_fixtures: missing dependency ({exc}); pip install -r tools/requirements-reference.txt")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+VOCAB = 96
+HIDDEN = 32
+INTERMEDIATE = 64
+MAX_POS = 128
+BOS_ID = 1
+N_HEADS = 4
+KV_LORA = 16
+QK_NOPE = 8
+QK_ROPE = 8
+V_HEAD = 12
+RMS_EPS = 1e-6
+ROPE_THETA = 10_000.0
+
+
+@dataclass(frozen=True)
+class FixtureSpec:
+    name: str
+    seed: int
+    q_lora_rank: int | None
+    n_layers: int = 2
+    prompt_len: int = 7
+    decode_steps: int = 10
+
+
+SPECS = [
+    FixtureSpec(name="deepseek2", seed=23, q_lora_rank=24),
+    FixtureSpec(name="deepseek2lite", seed=29, q_lora_rank=None),
+]
+
+
+def build_model(spec: FixtureSpec):
+    cfg = DeepseekV2Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, moe_intermediate_size=INTERMEDIATE,
+        num_hidden_layers=spec.n_layers, num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
+        first_k_dense_replace=spec.n_layers, n_routed_experts=4, n_shared_experts=1,
+        q_lora_rank=spec.q_lora_rank, kv_lora_rank=KV_LORA, qk_nope_head_dim=QK_NOPE, qk_rope_head_dim=QK_ROPE,
+        v_head_dim=V_HEAD, max_position_embeddings=MAX_POS, rms_norm_eps=RMS_EPS, hidden_act="silu",
+        tie_word_embeddings=False, attention_bias=False, bos_token_id=BOS_ID, eos_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(spec.seed)
+    model = DeepseekV2ForCausalLM(cfg).to(torch.float32).eval()
+    gen = torch.Generator().manual_seed(spec.seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                p.copy_(torch.empty(p.shape).uniform_(0.5, 2.0, generator=gen))
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+            elif p.ndim == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            else:
+                raise RuntimeError(f"unexpected parameter {name} {tuple(p.shape)}")
+    return model
+
+
+def write_gguf(path: Path, spec: FixtureSpec, model) -> list[dict]:
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), "deepseek2")
+    w.add_name(f"{spec.name}-tiny")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(1)
+    w.add_rope_freq_base(ROPE_THETA)
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    w.add_leading_dense_block_count(cfg.num_hidden_layers)
+    w.add_vocab_size(VOCAB)
+    if spec.q_lora_rank is not None:
+        w.add_q_lora_rank(spec.q_lora_rank)
+    w.add_kv_lora_rank(KV_LORA)
+    w.add_key_length(KV_LORA + QK_ROPE)
+    w.add_value_length(KV_LORA)
+    w.add_key_length_mla(QK_NOPE + QK_ROPE)
+    w.add_value_length_mla(V_HEAD)
+    w.add_expert_feed_forward_length(INTERMEDIATE)
+    w.add_expert_shared_count(0)
+    w.add_rope_dimension_count(QK_ROPE)
+
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, cfg.num_hidden_layers)
+    table = []
+
+    def add(hf_name: str, data: np.ndarray) -> None:
+        gg_name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gg_name is None:
+            raise RuntimeError(f"no gguf name for {hf_name}")
+        w.add_tensor(gg_name, np.ascontiguousarray(data.astype(np.float32)))
+        table.append({"name": gg_name, "hf_name": hf_name, "shape": list(data.shape)})
+
+    for hf_name, p in model.state_dict().items():
+        if hf_name.endswith("rotary_emb.inv_freq"):
+            continue
+        data = p.detach().float().numpy().copy()
+        if hf_name.endswith("kv_b_proj.weight"):
+            kv_b = data.reshape(N_HEADS, QK_NOPE + V_HEAD, KV_LORA)
+            k_b = kv_b[:, :QK_NOPE, :].transpose(0, 2, 1)  # [heads, kv_lora, qk_nope]
+            v_b = kv_b[:, QK_NOPE:, :]                      # [heads, v_head, kv_lora]
+            add(hf_name.replace("kv_b_proj", "k_b_proj"), k_b)
+            add(hf_name.replace("kv_b_proj", "v_b_proj"), v_b)
+            continue
+        add(hf_name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return table
+
+
+def make_fixture(spec: FixtureSpec, out_dir: Path) -> None:
+    rng = np.random.default_rng(spec.seed)
+    prompt = [BOS_ID] + [int(x) for x in rng.integers(3, VOCAB, size=spec.prompt_len - 1)]
+    model = build_model(spec)
+    ref = run_reference(model, prompt, spec.decode_steps)
+    if ref["uncached_max_abs_diff"] > 1e-4:
+        raise RuntimeError(f"[{spec.name}] HF cached vs uncached logits differ by {ref['uncached_max_abs_diff']}")
+    gguf_path = out_dir / f"{spec.name}_tiny.gguf"
+    table = write_gguf(gguf_path, spec, model)
+    top2 = np.sort(ref["logits"], axis=1)[:, -2:]
+    doc = {
+        "name": spec.name,
+        "description": ("tiny random-weight DeepseekV2ForCausalLM (MLA, all layers dense); HF transformers reference "
+                        "logits (f32, eager attention, HF cache, one token per decode forward)"),
+        "generator": "tools/make_deepseek2_fixtures.py",
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "transformers": transformers.__version__, "numpy": np.__version__},
+        "gguf_file": gguf_path.name,
+        "config": {"architecture": "deepseek2", "vocab_size": VOCAB, "hidden_size": HIDDEN,
+                   "intermediate_size": INTERMEDIATE, "num_hidden_layers": spec.n_layers,
+                   "num_attention_heads": N_HEADS, "q_lora_rank": spec.q_lora_rank, "kv_lora_rank": KV_LORA,
+                   "qk_nope_head_dim": QK_NOPE, "qk_rope_head_dim": QK_ROPE, "v_head_dim": V_HEAD,
+                   "rope_theta": ROPE_THETA, "rms_norm_eps": RMS_EPS, "first_k_dense_replace": spec.n_layers,
+                   "tie_word_embeddings": False, "seed": spec.seed},
+        "tensors": table,
+        "prompt_ids": prompt,
+        "decode_ids": ref["generated_ids"][:spec.decode_steps],
+        "generated_ids": ref["generated_ids"],
+        "layout": ("logits[0] = prefill row at the last prompt position; logits[k] (k=1..decode_steps) = decode "
+                   "step k, which feeds generated_ids[k-1] at position len(prompt)+k-1; prefill_logits[i] = prompt "
+                   "position i"),
+        "min_top1_top2_gap": float((top2[:, 1] - top2[:, 0]).min()),
+        "uncached_max_abs_diff": ref["uncached_max_abs_diff"],
+        "logits": f32_list(ref["logits"]),
+        "prefill_logits": f32_list(ref["prefill_logits"]),
+    }
+    json_path = out_dir / f"{spec.name}_tiny.json"
+    json_path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    print(f"[{spec.name}] wrote {gguf_path} ({gguf_path.stat().st_size} B), {json_path} "
+          f"({json_path.stat().st_size} B); prompt={prompt} generated={ref['generated_ids']} "
+          f"gap={doc['min_top1_top2_gap']:.4f} uncached_diff={ref['uncached_max_abs_diff']:.2e}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", type=Path, default=REPO_ROOT / "tests" / "data")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for spec in SPECS:
+        make_fixture(spec, args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
