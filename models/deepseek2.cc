@@ -311,9 +311,6 @@ class Deepseek2 final : public FamilyBase {
         }
         wants.push_back({&lw.q, "attn_q.weight", q_dim, hidden, false});
       }
-      for (const Want& want : wants) {
-        if (auto s = bind(p + want.name, want.rows, want.cols, want.f32, want.dst); !s.ok()) return s;
-      }
       // attn_k_b [heads, kv_lora, nope] and attn_v_b [heads, v_head, kv_lora]:
       // one plane per head, read by head_matmul as the planes' rows stacked.
       for (auto [dst, name, rows, cols] : {std::tuple{&lw.k_b, "attn_k_b.weight", kv_lora, nope},
@@ -324,6 +321,9 @@ class Deepseek2 final : public FamilyBase {
         stacked.rows *= stacked.planes;
         stacked.planes = 1;
         *dst = views_.Add(std::move(stacked));
+      }
+      for (const Want& want : wants) {
+        if (auto s = bind(p + want.name, want.rows, want.cols, want.f32, want.dst); !s.ok()) return s;
       }
       layers_.push_back(lw);
     }

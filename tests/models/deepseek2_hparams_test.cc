@@ -40,7 +40,7 @@ struct Case {
   std::string name;
   std::string file;
   std::vector<wt::KvEdit> edits;
-  std::vector<wt::TensorRename> renames;
+  std::vector<wt::TensorEdit> renames;
   absl::StatusCode code;
   std::vector<std::string> want;
 };

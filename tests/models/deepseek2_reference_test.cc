@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,7 +144,14 @@ class RebuiltMlaLayer final : public DecodeModel {
   NodeId decode_apply_layer(const DecodeLayerInputs& in) const override {
     Graph& g = in.graph;
     const std::string p = absl::StrCat("blk.", in.layer, ".");
-    auto w = [&](const std::string& name) { return g.weight(*base_.weights().Find(p + name + ".weight")); };
+    auto w = [&](const std::string& name) {
+      // 3-D weights (attn_k_b, attn_v_b: one plane per head) are read by
+      // head_matmul as their planes' rows stacked, as the family binds them.
+      WeightTensor t = *base_.weights().Find(p + name + ".weight");
+      t.rows *= t.planes;
+      t.planes = 1;
+      return g.weight(stacked_.emplace_back(std::move(t)));
+    };
     auto mm = [&](const std::string& t, NodeId x) { return g.matmul(w(t), x, p + t); };
     const NodeId h = g.rms_norm(in.x, w("attn_norm"), eps_, p + "attn_norm");
     const NodeId q = base_.weights().Find(p + "attn_q.weight") != nullptr
@@ -194,6 +202,7 @@ class RebuiltMlaLayer final : public DecodeModel {
   const Fault fault_;
   const int32_t heads_, nope_, rope_, kv_lora_;
   const float eps_;
+  mutable std::deque<WeightTensor> stacked_;  // views the graphs refer to (a deque keeps them in place)
 };
 
 class Deepseek2BrokenVariantTest : public ::testing::TestWithParam<std::string> {};
