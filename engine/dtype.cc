@@ -11,6 +11,7 @@ struct Entry {
 };
 
 // Block layouts from ggml-common.h: QK4_0 = QK5_0 = QK8_0 = 32, QK_K = 256.
+// Checked against llama.cpp's gguf-py table by tests/engine/dtype_test.cc.
 constexpr std::array<Entry, 20> kTable = {{
     {0, {"f32", 1, 4}},
     {1, {"f16", 1, 2}},
@@ -19,7 +20,7 @@ constexpr std::array<Entry, 20> kTable = {{
     {6, {"q5_0", 32, 2 + 4 + 16}},
     {7, {"q5_1", 32, 2 + 2 + 4 + 16}},
     {8, {"q8_0", 32, 2 + 32}},
-    {9, {"q8_1", 32, 4 + 4 + 32}},
+    {9, {"q8_1", 32, 2 + 2 + 32}},
     {10, {"q2_K", 256, 256 / 16 + 256 / 4 + 2 + 2}},
     {11, {"q3_K", 256, 256 / 8 + 256 / 4 + 12 + 2}},
     {12, {"q4_K", 256, 2 + 2 + 12 + 256 / 2}},
