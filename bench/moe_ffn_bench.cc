@@ -60,7 +60,7 @@ void BM_MoeFfnDecodeRow(benchmark::State& state) {
   for (float& v : x) v = normal(rng);
   for (float& v : logits) v = normal(rng);
   MoeFfnArgs a{.x = x.data(), .gate = gate.m, .up = up.m, .down = down.m, .out = out.data(), .rows = 1,
-               .n_expert = n_expert, .k = k, .norm_topk_prob = true};
+               .routing = {.n_expert = n_expert, .k = k, .norm_topk_prob = true}};
   const size_t ws_bytes = (MoeFfnWorkspaceBytes(a) + 63) / 64 * 64;
   std::unique_ptr<void, decltype(&std::free)> ws(std::aligned_alloc(64, ws_bytes), &std::free);
   a.workspace = ws.get();

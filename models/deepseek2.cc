@@ -20,10 +20,17 @@
 //            [q_lat_h | q_rope_h] . row * 1 / sqrt(qk_nope + qk_rope), the
 //            attention output per head is a latent, and W_vb_h maps it to
 //            v_head_dim before attn_output.
-// The first leading_dense_block_count layers have the dense FFN modelled
-// here; the MoE layers after them (shared + routed experts, group-limited
-// top-k) and YaRN RoPE scaling are refused (UNIMPLEMENTED, naming the key or
-// tensor).
+// FFN: the first leading_dense_block_count layers (HF first_k_dense_replace)
+// have a dense SwiGLU (ffn_{gate,up,down}); every later layer is DeepSeekMoE
+// (HF DeepseekV2Moe, llama.cpp build_moe_ffn + the shared-expert build_ffn;
+// models/moe_ffn.h): routed SwiGLU experts chosen per token (softmax router,
+// or sigmoid plus the exp_probs_b selection bias as DeepSeek-V3 writes it;
+// group-limited top-k over expert_group_count groups keeping
+// expert_group_used_count; weights renormalized when expert_weights_norm,
+// then scaled by expert_weights_scale) plus the shared experts'
+// dense SwiGLU of expert_shared_count * expert_feed_forward_length, added.
+// Only the k selected experts are computed per token.
+// YaRN RoPE scaling is refused (UNIMPLEMENTED, naming the key).
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -33,12 +40,14 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "engine/decode_model.h"
 #include "engine/hparam_bounds.h"
 #include "engine/hparams.h"
 #include "engine/model_registry.h"
 #include "models/family_base.h"
 #include "models/fused_weights.h"
+#include "models/moe_ffn.h"
 #include "models/transformer_dims.h"
 
 namespace decoded {
@@ -56,13 +65,15 @@ struct Deepseek2Config {
   int32_t qk_rope = 0;
   int32_t v_head = 0;
   int32_t dense_layers = 0;  // leading_dense_block_count
+  MoeFfnConfig moe;          // the layers from dense_layers on
   double rope_base = 10000.0;
   double eps = 1e-6;
 };
 
 struct LayerWeights {
   const WeightTensor *attn_norm, *q, *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *k_b, *v_b, *wo;
-  const WeightTensor *ffn_norm, *gate, *up, *down;
+  const WeightTensor *ffn_norm, *gate, *up, *down;  // gate/up/down: dense layers
+  MoeFfnWeights moe;                                 // the MoE layers
 };
 
 class Deepseek2 final : public FamilyBase {
@@ -110,6 +121,7 @@ class Deepseek2 final : public FamilyBase {
     const NodeId x1 = g.add(in.x, mm(w.wo, o, "attn_output"), p + "attn_residual");
 
     const NodeId f = g.rms_norm(x1, g.weight(*w.ffn_norm), eps, p + "ffn_norm");
+    if (in.layer >= cfg_.dense_layers) return g.add(x1, BuildMoeFfn(g, f, w.moe, cfg_.moe, p), p + "ffn_residual");
     const NodeId act = g.swiglu(mm(w.gate, f, "ffn_gate"), mm(w.up, f, "ffn_up"), p + "ffn_swiglu");
     return g.add(x1, mm(w.down, act, "ffn_down"), p + "ffn_residual");
   }
@@ -172,12 +184,12 @@ class Deepseek2 final : public FamilyBase {
           return assign(c.dense_layers, hp.IntOr("leading_dense_block_count", 0, {0, d.n_layers,
                                                                                   hp.key("block_count")}));
         },
+        // The MoE keys matter only when some layer is MoE (the converter
+        // writes expert_feed_forward_length and expert_shared_count always).
         [&]() -> absl::Status {
           if (c.dense_layers == d.n_layers) return absl::OkStatus();
-          return absl::UnimplementedError(absl::StrCat(
-              "model file: ", hp.key("leading_dense_block_count"), " = ", c.dense_layers, " of ", d.n_layers,
-              " layers: the mixture-of-experts layers after the leading dense ones are not supported for ", kArch,
-              " yet"));
+          // llama.cpp's deepseek2 renormalizes only when the file says so.
+          return assign(c.moe, ReadMoeFfnConfig(hp, /*default_norm_topk_prob=*/false));
         },
     };
     for (const auto& read : reads) {
@@ -255,14 +267,18 @@ class Deepseek2 final : public FamilyBase {
     }
     for (int32_t il = 0; il < d.n_layers; ++il) {
       const std::string p = absl::StrCat("blk.", il, ".");
-      // What this layer would need beyond the dense MLA layer.
-      for (const char* unmodelled :
-           {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
-            "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight", "exp_probs_b.bias"}) {
-        if (weights_->Find(p + unmodelled) != nullptr) {
-          return absl::UnimplementedError(absl::StrCat("model file: tensor ", p, unmodelled,
-                                                       " (mixture-of-experts FFN) is not supported for ", kArch,
-                                                       " yet"));
+      // A layer's FFN is dense or MoE as leading_dense_block_count says;
+      // the other kind's tensors would be silently unused.
+      const bool moe_layer = il >= c.dense_layers;
+      static constexpr const char* kDenseFfn[] = {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+      static constexpr const char* kMoeFfn[] = {
+          "ffn_gate_inp.weight",   "ffn_gate_exps.weight", "ffn_up_exps.weight",    "ffn_down_exps.weight",
+          "ffn_gate_shexp.weight", "ffn_up_shexp.weight",  "ffn_down_shexp.weight", "exp_probs_b.bias"};
+      for (const char* other : moe_layer ? absl::MakeConstSpan(kDenseFfn) : absl::MakeConstSpan(kMoeFfn)) {
+        if (weights_->Find(p + other) != nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "model file: tensor ", p, other, " in a ", moe_layer ? "mixture-of-experts" : "dense", " layer (",
+              hp.key("leading_dense_block_count"), " = ", c.dense_layers, ")"));
         }
       }
       for (const char* unmodelled : {"attn_q_a.bias", "attn_kv_a_mqa.bias", "attn_output.bias", "attn_q.bias"}) {
@@ -291,10 +307,12 @@ class Deepseek2 final : public FamilyBase {
           {&lw.kv_a_norm, "attn_kv_a_norm.weight", one, kv_lora, true},
           {&lw.wo, "attn_output.weight", hidden, heads * v_head, false},
           {&lw.ffn_norm, "ffn_norm.weight", one, hidden, true},
-          {&lw.gate, "ffn_gate.weight", ffn, hidden, false},
-          {&lw.up, "ffn_up.weight", ffn, hidden, false},
-          {&lw.down, "ffn_down.weight", hidden, ffn, false},
       };
+      if (!moe_layer) {
+        wants.push_back({&lw.gate, "ffn_gate.weight", ffn, hidden, false});
+        wants.push_back({&lw.up, "ffn_up.weight", ffn, hidden, false});
+        wants.push_back({&lw.down, "ffn_down.weight", hidden, ffn, false});
+      }
       if (c.q_lora_rank > 0) {
         if (weights_->Find(p + "attn_q.weight") != nullptr) {
           return absl::InvalidArgumentError(absl::StrCat("model file: tensor ", p, "attn_q.weight beside ",
@@ -325,10 +343,16 @@ class Deepseek2 final : public FamilyBase {
       for (const Want& want : wants) {
         if (auto s = bind(p + want.name, want.rows, want.cols, want.f32, want.dst); !s.ok()) return s;
       }
+      if (moe_layer) {
+        auto moe = BindMoeFfn(hp, *weights_, il, c.moe, hidden);
+        if (!moe.ok()) return moe.status();
+        lw.moe = *moe;
+      }
       layers_.push_back(lw);
     }
     hash_ = absl::HashOf(std::string(kArch), d.n_layers, d.hidden, d.n_heads, d.vocab, c.ffn, c.q_lora_rank,
-                         c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, c.rope_base, c.eps, output_ == tok_embd_);
+                         c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, c.rope_base, c.eps, output_ == tok_embd_,
+                         c.dense_layers, c.dense_layers < d.n_layers ? c.moe : MoeFfnConfig{});
     return absl::OkStatus();
   }
 

@@ -367,8 +367,7 @@ class LlamaStyle final : public FamilyBase {
                          spec_.fused_gate_up, spec_.post_norms, cfg_.rot_dims, d.n_layers, d.hidden, d.n_heads,
                          d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale,
                          cfg_.rope_freq_factors, cfg_.sliding_window, cfg_.eps, output_ == tok_embd_, rope_variants,
-                         static_cast<int>(spec_.ffn), cfg_.moe.n_expert, cfg_.moe.k, cfg_.moe.expert_ffn,
-                         cfg_.moe.norm_topk_prob);
+                         static_cast<int>(spec_.ffn), cfg_.moe);
     return absl::OkStatus();
   }
 

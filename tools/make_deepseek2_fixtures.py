@@ -1,11 +1,23 @@
 #!/usr/bin/env python3
-"""Builds tiny random-weight DeepSeek-V2 models (MLA attention, dense FFN) and their Hugging Face reference logits.
+"""Builds tiny random-weight DeepSeek-V2/V3 models (MLA attention, dense and MoE FFN) and their HF reference logits.
 
-Two fixtures, both `DeepseekV2ForCausalLM`, 2 layers, all dense (first_k_dense_replace = num_hidden_layers, so no
-MoE layer exists: decoded refuses those, models/deepseek2.cc):
-  deepseek2_tiny      q through the low-rank path (q_lora_rank 24: attn_q_a -> attn_q_a_norm -> attn_q_b), as
-                      DeepSeek-V2;
-  deepseek2lite_tiny  q projected directly (q_lora_rank None: attn_q), as DeepSeek-V2-Lite.
+Four fixtures, all GGUF architecture deepseek2:
+  deepseek2_tiny      DeepseekV2ForCausalLM, 2 dense layers, q through the low-rank path (q_lora_rank 24:
+                      attn_q_a -> attn_q_a_norm -> attn_q_b), as DeepSeek-V2;
+  deepseek2lite_tiny  DeepseekV2ForCausalLM, 2 dense layers, q projected directly (q_lora_rank None: attn_q), as
+                      DeepSeek-V2-Lite;
+  deepseek2moe_tiny   DeepseekV2ForCausalLM, 3 layers: 1 dense (first_k_dense_replace 1), then DeepSeekMoE layers:
+                      8 routed experts of 16 in 4 groups, 2 groups kept (topk_method "group_limited_greedy": a group
+                      scores its best softmax probability), 3 used per token, no renormalization (norm_topk_prob
+                      False, the only value HF's DeepseekV2TopkRouter implements and DeepSeek-V2's), weights scaled by
+                      routed_scaling_factor 2.5, 2 shared experts (one SwiGLU of 2 x 16); direct q;
+  deepseek3_tiny      DeepseekV3ForCausalLM (the converter writes it as deepseek2 too), 3 layers, 1 dense, then MoE
+                      layers with sigmoid scores, a random e_score_correction_bias (exp_probs_b: steers the choice
+                      only), 8 experts in 4 groups scored by their best two (noaux_tc), 2 kept, 3 used,
+                      norm_topk_prob True, routed_scaling_factor 2.5, 1 shared expert; low-rank q.
+For each MoE fixture the generator checks that routing is not degenerate over the reference tokens: consecutive
+tokens pick different experts, the group limit changes the choice for some (token, layer) pairs, the other
+group-scoring rule (top-2 sum for V2, best expert for V3) would change it too, and for V3 the bias changes it.
 MLA geometry: 4 heads, kv_lora_rank 16, qk_nope_head_dim 8, qk_rope_head_dim 8, v_head_dim 12 (v differs from the
 nope width so a loader that confuses the k and v halves of kv_b fails), rope_theta 10000, no RoPE scaling.
 rms_norm_eps is 1e-6 because HF builds q_a_layernorm and kv_a_layernorm with their default eps (1e-6) whatever the
@@ -18,8 +30,16 @@ copied; the vendored gguf-py is used so the MLA key names are llama.cpp's own):
             plus leading_dense_block_count, vocab_size, attention.q_lora_rank (only when set), attention.kv_lora_rank,
             attention.key_length = kv_lora_rank + qk_rope_head_dim, attention.value_length = kv_lora_rank,
             attention.key_length_mla = qk_nope + qk_rope, attention.value_length_mla = v_head_dim,
-            expert_feed_forward_length, expert_shared_count = 0, rope.dimension_count = qk_rope_head_dim;
-  tensors   HF names through gguf's DEEPSEEK2 name map; kv_b_proj split per head into attn_k_b
+            expert_feed_forward_length, expert_shared_count, rope.dimension_count = qk_rope_head_dim; with
+            MoE layers also (TextModel's) expert_count, expert_used_count, expert_group_count,
+            expert_group_used_count, expert_gating_func (written from config.json's scoring_func, which the real
+            DeepSeek-V2 ("softmax") and V3 ("sigmoid") configs carry; transformers' config classes drop it, so it
+            is written here from the HF class), and DeepseekV2Model's expert_weights_scale and
+            expert_weights_norm (only when true);
+  tensors   HF names through gguf's DEEPSEEK2 name map; experts.gate_up_proj [E, 2F, H] split into
+            ffn_gate_exps / ffn_up_exps (gate first), experts.down_proj as ffn_down_exps, mlp.gate as
+            ffn_gate_inp, shared_experts.* as ffn_*_shexp, e_score_correction_bias as exp_probs_b.bias; kv_b_proj
+            split per head into attn_k_b
             ([heads, kv_lora_rank, qk_nope], the k half transposed) and attn_v_b ([heads, v_head_dim, kv_lora_rank]),
             3-D; nothing permuted: HF rotates adjacent pairs (view_as_complex), llama.cpp's deepseek2 uses NORM RoPE.
 Weights are float32; no tokenizer. Reference logits and JSON layout are those of tools/make_llama_fixture.py.
@@ -48,7 +68,7 @@ try:
     import gguf
     import torch
     import transformers
-    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM
 except ImportError as exc:
     sys.exit(f"make_deepseek2_fixtures: missing dependency ({exc}); pip install -r tools/requirements-reference.txt")
 
@@ -69,6 +89,20 @@ ROPE_THETA = 10_000.0
 
 
 @dataclass(frozen=True)
+class MoeSpec:
+    v3: bool              # DeepseekV3ForCausalLM (sigmoid, bias, top-2-sum groups) instead of V2 (softmax, max)
+    dense_layers: int = 1
+    n_experts: int = 8
+    experts_used: int = 3
+    n_group: int = 4
+    topk_group: int = 2
+    n_shared: int = 2
+    expert_ffn: int = 16
+    scaling: float = 2.5
+    norm_topk_prob: bool = False
+
+
+@dataclass(frozen=True)
 class FixtureSpec:
     name: str
     seed: int
@@ -76,26 +110,45 @@ class FixtureSpec:
     n_layers: int = 2
     prompt_len: int = 7
     decode_steps: int = 10
+    moe: MoeSpec | None = None
 
 
 SPECS = [
     FixtureSpec(name="deepseek2", seed=23, q_lora_rank=24),
     FixtureSpec(name="deepseek2lite", seed=29, q_lora_rank=None),
+    FixtureSpec(name="deepseek2moe", seed=31, q_lora_rank=None, n_layers=3, moe=MoeSpec(v3=False)),
+    FixtureSpec(name="deepseek3", seed=37, q_lora_rank=24, n_layers=3,
+                moe=MoeSpec(v3=True, n_shared=1, norm_topk_prob=True)),
 ]
 
 
 def build_model(spec: FixtureSpec):
-    cfg = DeepseekV2Config(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, moe_intermediate_size=INTERMEDIATE,
+    common = dict(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
         num_hidden_layers=spec.n_layers, num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
-        first_k_dense_replace=spec.n_layers, n_routed_experts=4, n_shared_experts=1,
         q_lora_rank=spec.q_lora_rank, kv_lora_rank=KV_LORA, qk_nope_head_dim=QK_NOPE, qk_rope_head_dim=QK_ROPE,
         v_head_dim=V_HEAD, max_position_embeddings=MAX_POS, rms_norm_eps=RMS_EPS, hidden_act="silu",
         tie_word_embeddings=False, attention_bias=False, bos_token_id=BOS_ID, eos_token_id=2,
         rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA})
+    m = spec.moe
+    if m is None:
+        cfg = DeepseekV2Config(**common, moe_intermediate_size=INTERMEDIATE, first_k_dense_replace=spec.n_layers,
+                               n_routed_experts=4, n_shared_experts=1)
+        cls = DeepseekV2ForCausalLM
+    else:
+        moe = dict(moe_intermediate_size=m.expert_ffn, first_k_dense_replace=m.dense_layers,
+                   n_routed_experts=m.n_experts, num_experts_per_tok=m.experts_used, n_shared_experts=m.n_shared,
+                   n_group=m.n_group, topk_group=m.topk_group, routed_scaling_factor=m.scaling,
+                   norm_topk_prob=m.norm_topk_prob)
+        if m.v3:
+            cfg = DeepseekV3Config(**common, **moe, rope_interleave=True)
+            cls = DeepseekV3ForCausalLM
+        else:
+            cfg = DeepseekV2Config(**common, **moe, topk_method="group_limited_greedy")
+            cls = DeepseekV2ForCausalLM
     cfg._attn_implementation = "eager"
     torch.manual_seed(spec.seed)
-    model = DeepseekV2ForCausalLM(cfg).to(torch.float32).eval()
+    model = cls(cfg).to(torch.float32).eval()
     gen = torch.Generator().manual_seed(spec.seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -103,11 +156,69 @@ def build_model(spec: FixtureSpec):
                 p.copy_(torch.empty(p.shape).uniform_(0.5, 2.0, generator=gen))
             elif name.endswith("embed_tokens.weight"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-            elif p.ndim == 2:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            elif p.ndim in (2, 3):  # 3-D: experts [n_expert, out, in]
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
             else:
                 raise RuntimeError(f"unexpected parameter {name} {tuple(p.shape)}")
+        for name, b in sorted(model.named_buffers()):
+            if name.endswith("e_score_correction_bias"):
+                # Of the order of the sigmoid scores' spread, so it changes some choices.
+                b.copy_(torch.randn(b.shape, generator=gen) * 0.1)
     return model
+
+
+def routing_report(spec: FixtureSpec, model, ids: list[int]) -> dict:
+    """HF's choices per MoE layer and position, and how the routing rules change them, over one forward of ids."""
+    m = spec.moe
+    captured = []
+    hooks = []
+    for il, layer in enumerate(model.model.layers):
+        if il < m.dense_layers:
+            continue
+        hooks.append(layer.mlp.gate.register_forward_hook(
+            lambda mod, _inp, out: captured.append((mod, out[0].detach(), out[2].detach()))))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids]), use_cache=False)
+    for h in hooks:
+        h.remove()
+    per = m.n_experts // m.n_group
+
+    def select(choice: torch.Tensor, group_rule: str | None) -> list[set]:
+        if group_rule is not None:
+            grouped = choice.view(-1, m.n_group, per)
+            gs = grouped.max(-1).values if group_rule == "max" else grouped.topk(2, -1)[0].sum(-1)
+            keep = torch.zeros_like(gs).scatter_(1, gs.topk(m.topk_group, -1)[1], 1).bool()
+            choice = choice.masked_fill(~keep.repeat_interleave(per, 1), float("-inf"))
+        return [set(r) for r in choice.topk(m.experts_used, -1)[1].tolist()]
+
+    rule, other = ("top2sum", "max") if m.v3 else ("max", "top2sum")
+    report = {"router_indices": [], "tokens": 0, "group_limit_changes": 0, "other_group_rule_changes": 0,
+              "bias_changes": 0, "consecutive_changes": 0}
+    for mod, logits, picked in captured:
+        probs = logits.sigmoid() if m.v3 else logits.softmax(-1)
+        choice = probs + mod.e_score_correction_bias if m.v3 else probs
+        hf = [set(r) for r in picked.tolist()]
+        ours = select(choice, rule)
+        if ours != hf:
+            raise RuntimeError(f"[{spec.name}] the generator's reading of HF's router disagrees with HF")
+        report["router_indices"].append([sorted(r) for r in hf])
+        report["tokens"] += len(hf)
+        report["group_limit_changes"] += sum(a != b for a, b in zip(hf, select(choice, None)))
+        report["other_group_rule_changes"] += sum(a != b for a, b in zip(hf, select(choice, other)))
+        if m.v3:
+            report["bias_changes"] += sum(a != b for a, b in zip(hf, select(probs, rule)))
+        report["consecutive_changes"] += sum(a != b for a, b in zip(hf, hf[1:]))
+    print(f"[{spec.name}] routing over {report['tokens']} (token, layer) pairs: group limit changes "
+          f"{report['group_limit_changes']}, the other group rule ({other}) would change "
+          f"{report['other_group_rule_changes']}, bias changes {report['bias_changes']}, consecutive tokens "
+          f"differ {report['consecutive_changes']}")
+    if report["group_limit_changes"] == 0 or report["other_group_rule_changes"] == 0:
+        raise RuntimeError(f"[{spec.name}] degenerate routing: the groups never change the choice; change the seed")
+    if m.v3 and report["bias_changes"] == 0:
+        raise RuntimeError(f"[{spec.name}] the selection bias never changes the choice; change the seed")
+    if report["consecutive_changes"] < report["tokens"] // 2:
+        raise RuntimeError(f"[{spec.name}] consecutive tokens mostly share their experts; change the seed")
+    return report
 
 
 def write_gguf(path: Path, spec: FixtureSpec, model) -> list[dict]:
@@ -123,7 +234,8 @@ def write_gguf(path: Path, spec: FixtureSpec, model) -> list[dict]:
     w.add_head_count_kv(1)
     w.add_rope_freq_base(ROPE_THETA)
     w.add_layer_norm_rms_eps(RMS_EPS)
-    w.add_leading_dense_block_count(cfg.num_hidden_layers)
+    m = spec.moe
+    w.add_leading_dense_block_count(cfg.num_hidden_layers if m is None else m.dense_layers)
     w.add_vocab_size(VOCAB)
     if spec.q_lora_rank is not None:
         w.add_q_lora_rank(spec.q_lora_rank)
@@ -132,8 +244,20 @@ def write_gguf(path: Path, spec: FixtureSpec, model) -> list[dict]:
     w.add_value_length(KV_LORA)
     w.add_key_length_mla(QK_NOPE + QK_ROPE)
     w.add_value_length_mla(V_HEAD)
-    w.add_expert_feed_forward_length(INTERMEDIATE)
-    w.add_expert_shared_count(0)
+    if m is None:
+        w.add_expert_feed_forward_length(INTERMEDIATE)
+        w.add_expert_shared_count(0)
+    else:
+        w.add_expert_count(m.n_experts)
+        w.add_expert_used_count(m.experts_used)
+        w.add_expert_group_count(m.n_group)
+        w.add_expert_group_used_count(m.topk_group)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if m.v3 else gguf.ExpertGatingFuncType.SOFTMAX)
+        w.add_expert_feed_forward_length(m.expert_ffn)
+        w.add_expert_shared_count(m.n_shared)
+        w.add_expert_weights_scale(m.scaling)
+        if m.norm_topk_prob:
+            w.add_expert_weights_norm(True)
     w.add_rope_dimension_count(QK_ROPE)
 
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, cfg.num_hidden_layers)
@@ -150,6 +274,18 @@ def write_gguf(path: Path, spec: FixtureSpec, model) -> list[dict]:
         if hf_name.endswith("rotary_emb.inv_freq"):
             continue
         data = p.detach().float().numpy().copy()
+        if hf_name.endswith("mlp.experts.gate_up_proj"):
+            n_ff = data.shape[-2] // 2
+            base = hf_name.removesuffix(".gate_up_proj")
+            add(base + ".gate_proj.weight", data[:, :n_ff, :])
+            add(base + ".up_proj.weight", data[:, n_ff:, :])
+            continue
+        if hf_name.endswith("mlp.experts.down_proj"):
+            add(hf_name + ".weight", data)
+            continue
+        if hf_name.endswith("e_score_correction_bias"):
+            add(hf_name.replace("e_score_correction_bias", "e_score_correction.bias"), data)
+            continue
         if hf_name.endswith("kv_b_proj.weight"):
             kv_b = data.reshape(N_HEADS, QK_NOPE + V_HEAD, KV_LORA)
             k_b = kv_b[:, :QK_NOPE, :].transpose(0, 2, 1)  # [heads, kv_lora, qk_nope]
@@ -175,10 +311,20 @@ def make_fixture(spec: FixtureSpec, out_dir: Path) -> None:
     gguf_path = out_dir / f"{spec.name}_tiny.gguf"
     table = write_gguf(gguf_path, spec, model)
     top2 = np.sort(ref["logits"], axis=1)[:, -2:]
+    m = spec.moe
+    moe_config = {}
+    if m is not None:
+        report = routing_report(spec, model, prompt + ref["generated_ids"][:spec.decode_steps])
+        moe_config = {"hf_class": type(model).__name__, "moe_intermediate_size": m.expert_ffn,
+                      "n_routed_experts": m.n_experts, "num_experts_per_tok": m.experts_used, "n_group": m.n_group,
+                      "topk_group": m.topk_group, "topk_method": "noaux_tc" if m.v3 else "group_limited_greedy",
+                      "scoring_func": "sigmoid" if m.v3 else "softmax", "n_shared_experts": m.n_shared,
+                      "routed_scaling_factor": m.scaling, "norm_topk_prob": m.norm_topk_prob, **report}
     doc = {
         "name": spec.name,
-        "description": ("tiny random-weight DeepseekV2ForCausalLM (MLA, all layers dense); HF transformers reference "
-                        "logits (f32, eager attention, HF cache, one token per decode forward)"),
+        "description": (f"tiny random-weight {type(model).__name__} (MLA, "
+                        f"{'all layers dense' if m is None else 'a dense layer then DeepSeekMoE layers'}); HF "
+                        "transformers reference logits (f32, eager attention, HF cache, one token per decode forward)"),
         "generator": "tools/make_deepseek2_fixtures.py",
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "transformers": transformers.__version__, "numpy": np.__version__},
@@ -187,8 +333,9 @@ def make_fixture(spec: FixtureSpec, out_dir: Path) -> None:
                    "intermediate_size": INTERMEDIATE, "num_hidden_layers": spec.n_layers,
                    "num_attention_heads": N_HEADS, "q_lora_rank": spec.q_lora_rank, "kv_lora_rank": KV_LORA,
                    "qk_nope_head_dim": QK_NOPE, "qk_rope_head_dim": QK_ROPE, "v_head_dim": V_HEAD,
-                   "rope_theta": ROPE_THETA, "rms_norm_eps": RMS_EPS, "first_k_dense_replace": spec.n_layers,
-                   "tie_word_embeddings": False, "seed": spec.seed},
+                   "rope_theta": ROPE_THETA, "rms_norm_eps": RMS_EPS,
+                   "first_k_dense_replace": spec.n_layers if m is None else m.dense_layers,
+                   "tie_word_embeddings": False, "seed": spec.seed, **moe_config},
         "tensors": table,
         "prompt_ids": prompt,
         "decode_ids": ref["generated_ids"][:spec.decode_steps],
@@ -211,11 +358,13 @@ def make_fixture(spec: FixtureSpec, out_dir: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=REPO_ROOT / "tests" / "data")
+    ap.add_argument("--only", nargs="*", help="fixture names to build (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for spec in SPECS:
-        make_fixture(spec, args.out_dir)
+        if not args.only or spec.name in args.only:
+            make_fixture(spec, args.out_dir)
     return 0
 
 

@@ -158,9 +158,19 @@ class CpuPlan final : public CompiledPlan {
                  .down = expert(4),
                  .out = s.out,
                  .rows = n.rows,
-                 .n_expert = n.moe.n_expert,
-                 .k = n.moe.k,
-                 .norm_topk_prob = n.moe.norm_topk_prob};
+                 .routing = n.moe,
+                 .selection_bias = n.moe.has_bias ? static_cast<const float*>(ptr(n.src[5])) : nullptr};
+        const MoeRouting& r = n.moe;
+        const int32_t per = r.n_group > 0 ? r.n_expert / r.n_group : 0;
+        if (r.k < 1 || r.k > r.n_expert || r.n_group < 1 || r.n_expert % r.n_group != 0 || r.topk_group < 1 ||
+            r.topk_group > r.n_group || r.k > r.topk_group * per ||
+            (r.n_group > 1 && r.group_score == MoeGroupScore::kTop2Sum && per < 2) ||
+            (r.has_bias && (n.src.size() < 6 || nodes[static_cast<size_t>(n.src[5])].cols != r.n_expert ||
+                             nodes[static_cast<size_t>(n.src[5])].dtype != DType::kF32))) {
+          return absl::InvalidArgumentError(absl::StrCat(n.name, ": inconsistent routing (", r.n_expert, " experts, k ",
+                                                         r.k, ", ", r.n_group, " groups, ", r.topk_group,
+                                                         " kept)"));
+        }
         moe_workspace_bytes = std::max(moe_workspace_bytes, cpu::MoeFfnWorkspaceBytes(s.moe));
       }
       steps_.push_back(s);

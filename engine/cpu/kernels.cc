@@ -261,35 +261,72 @@ void HeadConcat(const float* a, const float* b, float* out, int64_t rows, int32_
   }
 }
 
-void MoeRoute(const float* logits, int32_t n_expert, int32_t k, bool norm_topk_prob, int32_t* experts,
+void MoeRoute(const float* logits, const float* bias, const MoeRouting& r, float* scratch, int32_t* experts,
               float* weights) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int32_t e = 0; e < n_expert; ++e) mx = std::max(mx, logits[e]);
-  float sum = 0.0f;
-  for (int32_t e = 0; e < n_expert; ++e) sum += std::exp(logits[e] - mx);
-  const float inv = 1.0f / sum;
-  // Selection by repeated scans: k and n_expert are small (k <= 16, n_expert
-  // <= a few hundred), and a strict > keeps the lower index on ties.
-  for (int32_t j = 0; j < k; ++j) {
-    int32_t best = -1;
-    float best_p = 0.0f;
-    for (int32_t e = 0; e < n_expert; ++e) {
-      bool taken = false;
-      for (int32_t i = 0; i < j; ++i) taken = taken || experts[i] == e;
-      if (taken) continue;
-      const float p = std::exp(logits[e] - mx) * inv;
-      if (best < 0 || p > best_p) {
-        best = e;
-        best_p = p;
-      }
-    }
-    experts[j] = best;
-    weights[j] = best_p;
+  const int32_t n = r.n_expert;
+  float* p = scratch;      // gating probabilities: the weights come from these
+  float* sel = p + n;      // selection scores: -inf once ineligible or taken
+  if (r.gating == MoeGating::kSigmoid) {
+    for (int32_t e = 0; e < n; ++e) p[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+  } else {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int32_t e = 0; e < n; ++e) mx = std::max(mx, logits[e]);
+    float sum = 0.0f;
+    for (int32_t e = 0; e < n; ++e) sum += std::exp(logits[e] - mx);
+    const float inv = 1.0f / sum;
+    for (int32_t e = 0; e < n; ++e) p[e] = std::exp(logits[e] - mx) * inv;
   }
-  if (norm_topk_prob) {
+  for (int32_t e = 0; e < n; ++e) sel[e] = bias != nullptr ? p[e] + bias[e] : p[e];
+  constexpr float kOut = -std::numeric_limits<float>::infinity();
+  // Selection by repeated scans: k, n_group and n_expert are small (k <= 16,
+  // n_expert <= a few hundred), and the strict > keeps the lower index on ties.
+  auto argmax = [](const float* v, int32_t count) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < count; ++i) {
+      if (v[i] > v[best]) best = i;
+    }
+    return best;
+  };
+  if (r.n_group > 1) {
+    const int32_t per = n / r.n_group;
+    float* group = sel + n;        // group scores, -inf once kept
+    float* kept = group + r.n_group;  // 1 for the topk_group kept groups
+    for (int32_t g = 0; g < r.n_group; ++g) {
+      const float* v = sel + ptrdiff_t{g} * per;
+      const int32_t top = argmax(v, per);
+      float score = v[top];
+      if (r.group_score == MoeGroupScore::kTop2Sum && per >= 2) {
+        int32_t second = top == 0 ? 1 : 0;
+        for (int32_t i = 0; i < per; ++i) {
+          if (i != top && v[i] > v[second]) second = i;
+        }
+        score += v[second];
+      }
+      group[g] = score;
+      kept[g] = 0.0f;
+    }
+    for (int32_t j = 0; j < r.topk_group; ++j) {
+      const int32_t best = argmax(group, r.n_group);
+      kept[best] = 1.0f;
+      group[best] = kOut;
+    }
+    for (int32_t g = 0; g < r.n_group; ++g) {
+      if (kept[g] == 0.0f) std::fill(sel + ptrdiff_t{g} * per, sel + ptrdiff_t{g + 1} * per, kOut);
+    }
+  }
+  for (int32_t j = 0; j < r.k; ++j) {
+    const int32_t best = argmax(sel, n);
+    experts[j] = best;
+    weights[j] = p[best];
+    sel[best] = kOut;
+  }
+  if (r.norm_topk_prob) {
     float total = 0.0f;
-    for (int32_t j = 0; j < k; ++j) total += weights[j];
-    for (int32_t j = 0; j < k; ++j) weights[j] /= total;
+    for (int32_t j = 0; j < r.k; ++j) total += weights[j];
+    for (int32_t j = 0; j < r.k; ++j) weights[j] /= total;
+  }
+  if (r.scale != 1.0f) {
+    for (int32_t j = 0; j < r.k; ++j) weights[j] *= r.scale;
   }
 }
 
@@ -300,12 +337,12 @@ size_t AlignWs(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * 
 
 // Where each part of the MoE workspace lives; `pairs` = rows * k.
 struct MoeWorkspace {
-  size_t experts = 0, weights = 0, xq_gate = 0, xq_up = 0, gate = 0, up = 0, hq = 0, down = 0, total = 0;
+  size_t experts = 0, weights = 0, route = 0, xq_gate = 0, xq_up = 0, gate = 0, up = 0, hq = 0, down = 0, total = 0;
   size_t xq_gate_row = 0, xq_up_row = 0, hq_row = 0;
   bool shared_xq = false;  // gate and up take the same activation type
 
   explicit MoeWorkspace(const MoeFfnArgs& a) {
-    const size_t pairs = static_cast<size_t>(a.rows) * static_cast<size_t>(a.k);
+    const size_t pairs = static_cast<size_t>(a.rows) * static_cast<size_t>(a.routing.k);
     const size_t hidden = static_cast<size_t>(a.gate.cols), ffn = static_cast<size_t>(a.gate.rows);
     xq_gate_row = quant::ActivationRowBytes(a.gate.type, a.gate.cols);
     xq_up_row = quant::ActivationRowBytes(a.up.type, a.up.cols);
@@ -319,6 +356,7 @@ struct MoeWorkspace {
     };
     experts = take(pairs * sizeof(int32_t));
     weights = take(pairs * sizeof(float));
+    route = take(static_cast<size_t>(a.rows) * static_cast<size_t>(MoeRouteScratchFloats(a.routing)) * sizeof(float));
     xq_gate = take(static_cast<size_t>(a.rows) * xq_gate_row);
     xq_up = shared_xq ? xq_gate : take(static_cast<size_t>(a.rows) * xq_up_row);
     gate = take(pairs * ffn * sizeof(float));
@@ -342,20 +380,23 @@ void MoeFfn(const MoeFfnArgs& a, int ith, int nth, absl::FunctionRef<void()> bar
   auto* base = static_cast<uint8_t*>(a.workspace);
   auto* experts = reinterpret_cast<int32_t*>(base + ws.experts);
   auto* weights = reinterpret_cast<float*>(base + ws.weights);
+  auto* route = reinterpret_cast<float*>(base + ws.route);
+  const int32_t k = a.routing.k, n_expert = a.routing.n_expert;
+  const int64_t route_floats = MoeRouteScratchFloats(a.routing);
   uint8_t* xq_gate = base + ws.xq_gate;
   uint8_t* xq_up = base + ws.xq_up;
   auto* gate = reinterpret_cast<float*>(base + ws.gate);
   auto* up = reinterpret_cast<float*>(base + ws.up);
   uint8_t* hq = base + ws.hq;
   auto* down = reinterpret_cast<float*>(base + ws.down);
-  const int64_t hidden = a.gate.cols, ffn = a.gate.rows, pairs = a.rows * a.k;
+  const int64_t hidden = a.gate.cols, ffn = a.gate.rows, pairs = a.rows * k;
   int64_t b, e;
 
   // Routing and the activation conversions, one row per item.
   Share(a.rows, ith, nth, &b, &e);
   for (int64_t r = b; r < e; ++r) {
-    MoeRoute(a.router_logits + r * a.n_expert, a.n_expert, a.k, a.norm_topk_prob, experts + r * a.k,
-             weights + r * a.k);
+    MoeRoute(a.router_logits + r * n_expert, a.selection_bias, a.routing, route + r * route_floats, experts + r * k,
+             weights + r * k);
     quant::QuantizeActivationRow(a.gate.type, a.x + r * hidden, hidden, xq_gate + r * ws.xq_gate_row);
     if (!ws.shared_xq) quant::QuantizeActivationRow(a.up.type, a.x + r * hidden, hidden, xq_up + r * ws.xq_up_row);
   }
@@ -365,7 +406,7 @@ void MoeFfn(const MoeFfnArgs& a, int ith, int nth, absl::FunctionRef<void()> bar
   Share(ffn, ith, nth, &b, &e);
   if (b < e) {
     for (int64_t p = 0; p < pairs; ++p) {
-      const int64_t r = p / a.k;
+      const int64_t r = p / k;
       const int32_t ex = experts[p];
       quant::MatMul(a.gate.type, Plane(a.gate, ex), a.gate.row_bytes, hidden, xq_gate + r * ws.xq_gate_row,
                     ws.xq_gate_row, 1, gate + p * ffn, ffn, b, e);
@@ -399,7 +440,7 @@ void MoeFfn(const MoeFfnArgs& a, int ith, int nth, absl::FunctionRef<void()> bar
   for (int64_t i = b; i < e; ++i) {
     const int64_t r = i / hidden, c = i % hidden;
     float acc = 0.0f;
-    for (int32_t j = 0; j < a.k; ++j) acc += weights[r * a.k + j] * down[(r * a.k + j) * hidden + c];
+    for (int32_t j = 0; j < k; ++j) acc += weights[r * k + j] * down[(r * k + j) * hidden + c];
     a.out[i] = acc;
   }
 }

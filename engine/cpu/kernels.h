@@ -10,6 +10,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "engine/dtype.h"
+#include "engine/moe_routing.h"
 
 namespace decoded::cpu {
 
@@ -87,12 +88,16 @@ void HeadSlice(const float* x, float* out, int64_t rows, int32_t n_groups, int32
 void HeadConcat(const float* a, const float* b, float* out, int64_t rows, int32_t n_groups, int32_t wa, int32_t wb,
                 int ith, int nth);
 
-// One routing decision of a mixture-of-experts layer (Graph::moe_ffn): the
-// softmax of `logits` [n_expert] (max-subtracted, f32), the k largest
-// probabilities in descending order, ties taken by the lower expert index,
-// written to experts[0..k) and weights[0..k); when norm_topk_prob the weights
-// are divided by their sum (accumulated in that order). 1 <= k <= n_expert.
-void MoeRoute(const float* logits, int32_t n_expert, int32_t k, bool norm_topk_prob, int32_t* experts,
+// One routing decision of a mixture-of-experts layer (Graph::moe_ffn), as
+// engine/moe_routing.h states it: `logits` [r.n_expert]; `bias` the
+// selection bias [r.n_expert] or null; `scratch` MoeRouteScratchFloats(r). The
+// k selected experts in descending selection score (ties: the lower index)
+// go to experts[0..k), their weights to weights[0..k). Softmax is
+// max-subtracted, in f32; the renormalization sum is accumulated in routing
+// order. The caller has checked r (k <= eligible experts, groups dividing
+// n_expert, groups of >= 2 for kTop2Sum).
+inline int64_t MoeRouteScratchFloats(const MoeRouting& r) { return 2 * int64_t{r.n_expert} + 2 * int64_t{r.n_group}; }
+void MoeRoute(const float* logits, const float* bias, const MoeRouting& r, float* scratch, int32_t* experts,
               float* weights);
 
 // The expert matrices of one MoE projection: n_expert planes of `rows` rows of
@@ -113,9 +118,8 @@ struct MoeFfnArgs {
   MoeExpertMatrix down;                  // planes [hidden, ffn]
   float* out = nullptr;                  // f32 [rows, hidden]
   int64_t rows = 0;
-  int32_t n_expert = 0;
-  int32_t k = 0;
-  bool norm_topk_prob = false;
+  MoeRouting routing;                    // routing.has_bias: selection_bias is given
+  const float* selection_bias = nullptr;  // f32 [n_expert] or null
   void* workspace = nullptr;  // MoeFfnWorkspaceBytes(...) bytes, 64-byte aligned
 };
 

@@ -204,10 +204,13 @@ NodeId Graph::head_matmul(NodeId w, NodeId x, int32_t n_groups, std::string name
 }
 
 NodeId Graph::moe_ffn(NodeId x, NodeId router_logits, NodeId gate_exps, NodeId up_exps, NodeId down_exps,
-                      int32_t k, bool norm_topk_prob, std::string name) {
-  Node n = F32Node(Op::kMoeFfn, node(x).rows, node(down_exps).rows, {x, router_logits, gate_exps, up_exps, down_exps},
-                   std::move(name));
-  n.moe = {static_cast<int32_t>(node(router_logits).cols), k, norm_topk_prob};
+                      NodeId selection_bias, MoeRouting routing, std::string name) {
+  std::vector<NodeId> src = {x, router_logits, gate_exps, up_exps, down_exps};
+  if (selection_bias != kNoNode) src.push_back(selection_bias);
+  Node n = F32Node(Op::kMoeFfn, node(x).rows, node(down_exps).rows, std::move(src), std::move(name));
+  routing.n_expert = static_cast<int32_t>(node(router_logits).cols);
+  routing.has_bias = selection_bias != kNoNode;
+  n.moe = routing;
   return push(std::move(n));
 }
 

@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "engine/dtype.h"
 #include "engine/kv_layout.h"
+#include "engine/moe_routing.h"
 
 namespace decoded {
 
@@ -67,7 +68,7 @@ enum class Op : uint8_t {
   kRope,         // rotary embedding of each head's first rope.rot_dims, paired per rope.pairing; src: x, cos, sin
   kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
   kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite [, vwrite]
-  kMoeFfn,       // routed SwiGLU experts: see Graph::moe_ffn; src: x, router_logits, gate_exps, up_exps, down_exps
+  kMoeFfn,       // routed SwiGLU experts: see Graph::moe_ffn; src: x, router_logits, gate_exps, up_exps, down_exps[, bias]
   kHeadSlice,    // out[r, g*count + c] = x[r, g*width + begin + c]   src: x
   kHeadConcat,   // per group g: out row = [a's group g, b's group g]  src: a, b
   kHeadMatMul,   // per group g: out[i, g*n + r] = dot(W[g*n + r], xq[i] group g)  src: W(weight), xq(kQuantize)
@@ -117,16 +118,11 @@ struct AttentionAttrs {
   float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap)
 };
 
-// A mixture-of-experts SwiGLU FFN (Shazeer et al. 2017; Qwen3-MoE, Mixtral):
-// per row, softmax over the router logits, the k most probable experts
-// (ties: the lower expert index first), their probabilities renormalized to
-// sum 1 when norm_topk_prob, and out = sum_j w_j * down_e(silu(gate_e x) * up_e x)
+// A mixture-of-experts SwiGLU FFN (Shazeer et al. 2017; Qwen3-MoE, Mixtral,
+// DeepSeek-V2/V3): per row the routing of engine/moe_routing.h picks k
+// experts and their weights w_j, and out = sum_j w_j * down_e(silu(gate_e x) * up_e x)
 // over the selected experts only.
-struct MoeAttrs {
-  int32_t n_expert = 0;
-  int32_t k = 0;  // experts used per row, in [1, n_expert]
-  bool norm_topk_prob = false;
-};
+using MoeAttrs = MoeRouting;
 
 // Per-group column ranges (kHeadSlice): x's columns are n_groups groups of
 // `width`; each keeps [begin, begin + count).
@@ -246,12 +242,14 @@ class Graph {
 
   // x f32 [rows, hidden]; router_logits f32 [rows, n_expert]; gate_exps and
   // up_exps weights of n_expert planes [ffn, hidden], down_exps of n_expert
-  // planes [hidden, ffn], each of any matmul weight type. Routing is read
-  // from router_logits when the op runs, so a held plan serves every token's
+  // planes [hidden, ffn], each of any matmul weight type; selection_bias an
+  // f32 weight [1, n_expert] or kNoNode. Routing (engine/moe_routing.h;
+  // routing.n_expert and has_bias are set from the nodes) is read from
+  // router_logits when the op runs, so a held plan serves every token's
   // routing; only the k selected experts' rows are multiplied.
   // -> f32 [rows, hidden]. Attributes: Node::moe.
   NodeId moe_ffn(NodeId x, NodeId router_logits, NodeId gate_exps, NodeId up_exps, NodeId down_exps,
-                 int32_t k, bool norm_topk_prob, std::string name);
+                 NodeId selection_bias, MoeRouting routing, std::string name);
 
   void mark_output(NodeId id);
 

@@ -197,39 +197,88 @@ TEST(CpuKernelsTest, PartialRotaryRotatesTheLeadingDimsAndPassesTheRest) {
 
 // ---- mixture of experts ----
 
-// HF Qwen3MoeTopKRouter + Qwen3MoeExperts for one row, in double: softmax,
-// the k largest probabilities (ties: lower index), optional renormalization,
-// sum of w * down(silu(gate x) * up x) over the selected experts.
+// The routers of HF Qwen3MoeTopKRouter, DeepseekV2TopkRouter and
+// DeepseekV3TopkRouter plus the experts, for one row, in double: softmax or
+// sigmoid probs; selection scores probs + bias; with groups, keep the
+// topk_group groups of best score (max, or sum of the best two) and pick
+// the k best eligible experts (ties: lower index); weights are the unbiased
+// probs, optionally renormalized, times scale; sum of w * down(silu(gate x) *
+// up x) over the selected experts.
 struct MoeCase {
   int64_t rows, hidden, ffn;
   int32_t n_expert, k;
   bool norm;
   std::vector<float> x, logits, gate, up, down;  // gate/up [E, ffn, hidden], down [E, hidden, ffn]
+  MoeGating gating = MoeGating::kSoftmax;
+  float scale = 1.0f;
+  int32_t n_group = 1, topk_group = 1;
+  MoeGroupScore group_score = MoeGroupScore::kMax;
+  std::vector<float> bias;  // empty: none
+
+  MoeRouting routing() const {
+    return {.n_expert = n_expert, .k = k, .gating = gating, .norm_topk_prob = norm, .scale = scale,
+            .n_group = n_group, .topk_group = topk_group, .group_score = group_score, .has_bias = !bias.empty()};
+  }
 };
 
-std::vector<int32_t> ReferenceTopK(const float* logits, int32_t n, int32_t k) {
-  std::vector<int32_t> idx(static_cast<size_t>(n));
+std::vector<int32_t> ReferenceTopK(const std::vector<double>& score, int32_t k) {
+  std::vector<int32_t> idx(score.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
   idx.resize(static_cast<size_t>(k));
   return idx;
+}
+
+std::vector<int32_t> ReferenceTopK(const float* logits, int32_t n, int32_t k) {
+  return ReferenceTopK(std::vector<double>(logits, logits + n), k);
+}
+
+// The row's selected experts and weights.
+void ReferenceRoute(const MoeCase& c, const float* lg, std::vector<int32_t>* sel, std::vector<double>* w) {
+  const int32_t n = c.n_expert;
+  std::vector<double> p(static_cast<size_t>(n));
+  if (c.gating == MoeGating::kSigmoid) {
+    for (int32_t e = 0; e < n; ++e) p[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(lg[e])));
+  } else {
+    double mx = lg[0], sum = 0;
+    for (int32_t e = 0; e < n; ++e) mx = std::max(mx, static_cast<double>(lg[e]));
+    for (int32_t e = 0; e < n; ++e) sum += std::exp(lg[e] - mx);
+    for (int32_t e = 0; e < n; ++e) p[e] = std::exp(lg[e] - mx) / sum;
+  }
+  std::vector<double> s = p;
+  if (!c.bias.empty()) {
+    for (int32_t e = 0; e < n; ++e) s[e] += c.bias[e];
+  }
+  if (c.n_group > 1) {
+    const int32_t per = n / c.n_group;
+    std::vector<double> gs(static_cast<size_t>(c.n_group));
+    for (int32_t g = 0; g < c.n_group; ++g) {
+      std::vector<double> v(s.begin() + g * per, s.begin() + (g + 1) * per);
+      std::sort(v.begin(), v.end(), std::greater<>());
+      gs[g] = c.group_score == MoeGroupScore::kMax ? v[0] : v[0] + v[1];
+    }
+    const std::vector<int32_t> kept = ReferenceTopK(gs, c.topk_group);
+    for (int32_t e = 0; e < n; ++e) {
+      if (std::find(kept.begin(), kept.end(), e / per) == kept.end()) s[e] = -1e300;
+    }
+  }
+  *sel = ReferenceTopK(s, c.k);
+  w->clear();
+  for (int32_t e : *sel) w->push_back(p[e]);
+  if (c.norm) {
+    const double t = std::accumulate(w->begin(), w->end(), 0.0);
+    for (double& v : *w) v /= t;
+  }
+  for (double& v : *w) v *= c.scale;
 }
 
 std::vector<double> ReferenceMoe(const MoeCase& c, const std::vector<float>& gate, const std::vector<float>& up,
                                  const std::vector<float>& down) {
   std::vector<double> out(static_cast<size_t>(c.rows * c.hidden), 0.0);
   for (int64_t r = 0; r < c.rows; ++r) {
-    const float* lg = c.logits.data() + r * c.n_expert;
-    double mx = lg[0], sum = 0;
-    for (int32_t e = 0; e < c.n_expert; ++e) mx = std::max(mx, static_cast<double>(lg[e]));
-    for (int32_t e = 0; e < c.n_expert; ++e) sum += std::exp(lg[e] - mx);
-    const std::vector<int32_t> sel = ReferenceTopK(lg, c.n_expert, c.k);
+    std::vector<int32_t> sel;
     std::vector<double> w;
-    for (int32_t e : sel) w.push_back(std::exp(lg[e] - mx) / sum);
-    if (c.norm) {
-      const double t = std::accumulate(w.begin(), w.end(), 0.0);
-      for (double& v : w) v /= t;
-    }
+    ReferenceRoute(c, c.logits.data() + r * c.n_expert, &sel, &w);
     for (size_t j = 0; j < sel.size(); ++j) {
       const int64_t e = sel[j];
       std::vector<double> h(static_cast<size_t>(c.ffn));
@@ -281,7 +330,8 @@ std::vector<float> RunMoe(const MoeCase& c, MoeExpertMatrix gate, MoeExpertMatri
                           int threads) {
   std::vector<float> out(static_cast<size_t>(c.rows * c.hidden), -1.0f);
   MoeFfnArgs a{.x = c.x.data(), .router_logits = c.logits.data(), .gate = gate, .up = up, .down = down,
-               .out = out.data(), .rows = c.rows, .n_expert = c.n_expert, .k = c.k, .norm_topk_prob = c.norm};
+               .out = out.data(), .rows = c.rows, .routing = c.routing(),
+               .selection_bias = c.bias.empty() ? nullptr : c.bias.data()};
   Aligned ws(MoeFfnWorkspaceBytes(a));
   a.workspace = ws.p;
   CpuExecutor ex(threads);
@@ -332,7 +382,8 @@ TEST(MoeKernelTest, TiesGoToTheLowerExpertIndex) {
   const float logits[] = {1.0f, 3.0f, 3.0f, 3.0f, 0.0f, 3.0f};
   int32_t experts[3];
   float weights[3];
-  MoeRoute(logits, 6, 3, /*norm_topk_prob=*/true, experts, weights);
+  float scratch[16];
+  MoeRoute(logits, nullptr, {.n_expert = 6, .k = 3, .norm_topk_prob = true}, scratch, experts, weights);
   EXPECT_EQ(experts[0], 1);
   EXPECT_EQ(experts[1], 2);
   EXPECT_EQ(experts[2], 3);
@@ -354,11 +405,80 @@ TEST(MoeKernelTest, ConsecutiveRowsRouteToDifferentExperts) {
   std::copy(row1, row1 + 8, c.logits.begin() + 8);
   int32_t e0[2], e1[2];
   float w[2];
-  MoeRoute(c.logits.data(), 8, 2, true, e0, w);
-  MoeRoute(c.logits.data() + 8, 8, 2, true, e1, w);
+  float scratch[32];
+  MoeRoute(c.logits.data(), nullptr, c.routing(), scratch, e0, w);
+  MoeRoute(c.logits.data() + 8, nullptr, c.routing(), scratch, e1, w);
   EXPECT_EQ((std::vector<int32_t>{e0[0], e0[1]}), (std::vector<int32_t>{6, 2}));
   EXPECT_EQ((std::vector<int32_t>{e1[0], e1[1]}), (std::vector<int32_t>{0, 5}));
   ExpectMoeMatchesReference(c);
+}
+
+// Group-limited routing on one hand-made row: 8 experts in 4 groups of 2,
+// 2 groups kept, k = 3. Ungrouped top-3 is {0, 4, 2}; DeepSeek-V2's
+// best-expert group score keeps groups 0 and 2 -> {0, 4, 1}; DeepSeek-V3's
+// top-2 sum keeps groups 1 and 0 -> {0, 2, 3}.
+TEST(MoeKernelTest, GroupScoresDecideWhichExpertsAreEligible) {
+  const float logits[] = {5.0f, 0.0f, 4.9f, 4.85f, 4.95f, 0.0f, 0.0f, 0.0f};
+  int32_t experts[3];
+  float weights[3];
+  float scratch[32];
+  MoeRouting r{.n_expert = 8, .k = 3, .n_group = 1, .topk_group = 1};
+  MoeRoute(logits, nullptr, r, scratch, experts, weights);
+  EXPECT_EQ((std::vector<int32_t>{experts[0], experts[1], experts[2]}), (std::vector<int32_t>{0, 4, 2}));
+  r.n_group = 4;
+  r.topk_group = 2;
+  MoeRoute(logits, nullptr, r, scratch, experts, weights);
+  EXPECT_EQ((std::vector<int32_t>{experts[0], experts[1], experts[2]}), (std::vector<int32_t>{0, 4, 1}));
+  r.group_score = MoeGroupScore::kTop2Sum;
+  MoeRoute(logits, nullptr, r, scratch, experts, weights);
+  EXPECT_EQ((std::vector<int32_t>{experts[0], experts[1], experts[2]}), (std::vector<int32_t>{0, 2, 3}));
+}
+
+// Softmax, groups scored by their best expert, no renormalization, weights
+// scaled (DeepSeek-V2: 8 groups, 3 kept, routed_scaling_factor 16 there).
+TEST(MoeKernelTest, GroupLimitedGreedyWithScalingMatchesTheFormula) {
+  MoeCase c = RandomMoeCase(6, 64, 32, 12, 3, /*norm=*/false, 800);
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.scale = 2.5f;
+  ExpectMoeMatchesReference(c);
+  c.norm = true;
+  ExpectMoeMatchesReference(c);
+}
+
+// Sigmoid gating, a selection bias that steers the choice but not the
+// weights, groups scored by their best two, renormalized and scaled
+// (DeepSeek-V3 noaux_tc).
+TEST(MoeKernelTest, SigmoidWithSelectionBiasAndTopTwoGroupsMatchesTheFormula) {
+  MoeCase c = RandomMoeCase(6, 64, 32, 12, 3, /*norm=*/true, 900);
+  c.gating = MoeGating::kSigmoid;
+  c.group_score = MoeGroupScore::kTop2Sum;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.scale = 2.5f;
+  c.bias = Random(12, 901);
+  for (float& b : c.bias) b *= 0.2f;
+  ExpectMoeMatchesReference(c);
+  c.norm = false;
+  c.n_group = 1;
+  c.topk_group = 1;
+  ExpectMoeMatchesReference(c);
+}
+
+// The bias only selects: a large bias on expert 5 makes it chosen, yet its
+// weight is its sigmoid probability.
+TEST(MoeKernelTest, SelectionBiasDoesNotEnterTheWeights) {
+  const float logits[] = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, -2.0f};
+  const float bias[] = {0, 0, 0, 0, 0, 10.0f};
+  int32_t experts[2];
+  float weights[2];
+  float scratch[16];
+  MoeRoute(logits, bias, {.n_expert = 6, .k = 2, .gating = MoeGating::kSigmoid, .has_bias = true}, scratch, experts,
+           weights);
+  EXPECT_EQ(experts[0], 5);
+  EXPECT_EQ(experts[1], 0);
+  EXPECT_FLOAT_EQ(weights[0], 1.0f / (1.0f + std::exp(2.0f)));
+  EXPECT_FLOAT_EQ(weights[1], 1.0f / (1.0f + std::exp(-2.0f)));
 }
 
 // Q8_0 expert weights (the format's blocks, as quant::QuantizeActivationRow

@@ -1,7 +1,8 @@
 // The deepseek2 loader on copies of the tiny fixtures with rewritten keys and
-// renamed tensors: mixture-of-experts layers and YaRN are UNIMPLEMENTED
-// naming the key or tensor, malformed MLA geometry INVALID_ARGUMENT naming
-// the key, a missing tensor NOT_FOUND naming it. The fixtures: 2 dense
+// renamed tensors: YaRN is UNIMPLEMENTED naming the key, malformed MLA
+// geometry and FFN tensors of the other kind (dense / MoE) INVALID_ARGUMENT
+// naming the key, a missing tensor NOT_FOUND naming it (the MoE keys:
+// deepseek2_moe_test). The fixtures: 2 dense
 // layers, hidden 32, 4 heads, kv_lora_rank 16, qk_nope 8, qk_rope 8,
 // v_head 12; deepseek2_tiny with q_lora_rank 24, deepseek2lite_tiny with a
 // direct q (tests/data/deepseek2*_tiny.json "config").
@@ -64,10 +65,12 @@ constexpr char kDirect[] = "deepseek2lite_tiny.gguf";
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, Deepseek2MalformedTest,
     ::testing::Values(
-        Case{"MoeLayersAfterTheDenseOnes", kQLora, {U32("leading_dense_block_count", 1)}, {},
-             absl::StatusCode::kUnimplemented, {"deepseek2.leading_dense_block_count = 1", "mixture-of-experts"}},
-        Case{"ExpertTensorInALayer", kDirect, {}, {{"blk.1.ffn_gate.weight", "blk.1.ffn_gate_exps.weight"}},
-             absl::StatusCode::kUnimplemented, {"blk.1.ffn_gate_exps.weight", "mixture-of-experts"}},
+        // A MoE layer needs the expert keys the dense fixtures do not carry.
+        Case{"MoeLayersWithoutExpertKeys", kQLora, {U32("leading_dense_block_count", 1)}, {},
+             absl::StatusCode::kInvalidArgument, {"deepseek2.expert_count"}},
+        Case{"ExpertTensorInADenseLayer", kDirect, {}, {{"blk.1.ffn_gate.weight", "blk.1.ffn_gate_exps.weight"}},
+             absl::StatusCode::kInvalidArgument,
+             {"blk.1.ffn_gate_exps.weight", "dense layer", "deepseek2.leading_dense_block_count = 2"}},
         Case{"YarnRopeScaling", kQLora, {Str("rope.scaling.type", "yarn")}, {}, absl::StatusCode::kUnimplemented,
              {"deepseek2.rope.scaling.type = \"yarn\"", "YaRN"}},
         Case{"UnsplitKvB", kDirect, {},

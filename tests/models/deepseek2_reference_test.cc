@@ -1,11 +1,15 @@
-// deepseek2 (multi-head latent attention, dense FFN) through the shared
-// driver, against Hugging Face transformers on tiny random-weight models
-// (fixtures: tools/make_deepseek2_fixtures.py): deepseek2_tiny has the
-// low-rank q path (q_lora_rank 24), deepseek2lite_tiny the direct q. Logits
+// deepseek2 (multi-head latent attention, dense and DeepSeekMoE FFN)
+// through the shared driver, against Hugging Face transformers on tiny
+// random-weight models (fixtures: tools/make_deepseek2_fixtures.py):
+// deepseek2_tiny has the low-rank q path (q_lora_rank 24),
+// deepseek2lite_tiny the direct q, both dense; deepseek2moe_tiny
+// (DeepseekV2ForCausalLM) and deepseek3_tiny (DeepseekV3ForCausalLM) add
+// MoE layers after a dense one (their routing: deepseek2_moe_test). Logits
 // are compared over the whole prompt (D1, all rows) and every decode step
 // (D2), teacher-forced with HF's tokens. Broken variants exceed the
-// tolerance: the other RoPE pairing, RoPE applied to the nope parts instead
-// of the decoupled rope parts, the kv latent left un-normed. D2 equals D1
+// tolerance: the other RoPE pairing, and on the dense fixtures RoPE applied
+// to the nope parts instead of the decoupled rope parts, the kv latent left
+// un-normed. D2 equals D1
 // byte for byte, both KV-write offset paths agree, a session builds its
 // graph once, and the KV cache holds the latent: (kv_lora_rank +
 // qk_rope_head_dim) floats per token and layer.
@@ -127,7 +131,8 @@ TEST_P(Deepseek2ReferenceTest, DeviceOffsetAndSymbolPathsGiveIdenticalLogits) {
   drop_decode_session(ss);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Deepseek2ReferenceTest, ::testing::Values("deepseek2", "deepseek2lite"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Deepseek2ReferenceTest,
+                         ::testing::Values("deepseek2", "deepseek2lite", "deepseek2moe", "deepseek3"),
                          [](const auto& info) { return info.param; });
 
 // The MLA layer rebuilt here from the weights by name (absorbed, as the

@@ -162,14 +162,24 @@ TEST(Qwen3MoeLoaderTest, ExpertTensorShapesAreCheckedAgainstTheKeys) {
 }
 
 TEST(Qwen3MoeLoaderTest, UnsupportedRoutingIsUnimplementedNamingTheKeyOrTensor) {
-  ExpectRefused(LoadBytes(wt::RewriteKvs(FixtureBytes(), {U32("expert_gating_func", 2)})),
-                absl::StatusCode::kUnimplemented, {"qwen3moe.expert_gating_func = 2"});
-  ExpectRefused(LoadBytes(wt::RewriteKvs(FixtureBytes(), {U32("expert_shared_count", 1)})),
-                absl::StatusCode::kUnimplemented, {"qwen3moe.expert_shared_count"});
-  ExpectRefused(LoadBytes(wt::RewriteTensors(FixtureBytes(), {{"blk.0.ffn_gate_exps.weight",
-                                                               std::string("blk.0.ffn_gate_shexp.weight"),
+  ExpectRefused(LoadBytes(wt::RewriteKvs(FixtureBytes(), {U32("expert_gating_func", 3)})),
+                absl::StatusCode::kUnimplemented, {"qwen3moe.expert_gating_func = 3"});
+  ExpectRefused(LoadBytes(wt::RewriteKvs(FixtureBytes(), {U32("expert_shared_feed_forward_length", 16)})),
+                absl::StatusCode::kUnimplemented, {"qwen3moe.expert_shared_feed_forward_length"});
+  // Qwen2-MoE's sigmoid-gated shared expert.
+  ExpectRefused(LoadBytes(wt::RewriteTensors(FixtureBytes(), {{"blk.0.ffn_gate_inp.weight",
+                                                               std::string("blk.0.ffn_gate_inp_shexp.weight"),
                                                                std::nullopt}})),
-                absl::StatusCode::kUnimplemented, {"blk.0.ffn_gate_shexp.weight", "shared expert"});
+                absl::StatusCode::kUnimplemented, {"blk.0.ffn_gate_inp_shexp.weight", "gated shared expert"});
+}
+
+// The shared routing keys (models/moe_ffn.h) hold for qwen3moe as for every
+// MoE family: shared experts need their tensors, groups must divide.
+TEST(Qwen3MoeLoaderTest, SharedExpertsAndGroupsAreCheckedAgainstTheTensors) {
+  ExpectRefused(LoadBytes(wt::RewriteKvs(FixtureBytes(), {U32("expert_shared_count", 1)})),
+                absl::StatusCode::kNotFound, {"blk.0.ffn_gate_shexp.weight"});
+  ExpectRefused(LoadBytes(wt::RewriteKvs(FixtureBytes(), {U32("expert_group_count", 3)})),
+                absl::StatusCode::kInvalidArgument, {"qwen3moe.expert_group_count = 3", "does not divide"});
 }
 
 }  // namespace
