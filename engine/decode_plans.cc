@@ -5,6 +5,25 @@
 #include "absl/strings/str_cat.h"
 
 namespace decoded {
+namespace {
+
+// YaRN's own parameters, and YaRN as the only scaling of its layer.
+absl::Status ValidateYarn(const YarnScaling& y, const RopeLayer& r, size_t il) {
+  auto positive = [](double x) { return x > 0.0 && std::isfinite(x); };
+  if (!positive(y.factor) || y.original_context <= 0 || !positive(y.beta_fast) || !positive(y.beta_slow)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RopePlan: layer ", il, " has YaRN factor ", y.factor, ", original context ", y.original_context,
+        ", beta_fast ", y.beta_fast, ", beta_slow ", y.beta_slow, "; all must be finite and positive"));
+  }
+  if (!r.freq_factors.empty() || r.freq_scale != 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat("RopePlan: layer ", il,
+                                                   " has YaRN beside frequency factors or freq_scale ", r.freq_scale,
+                                                   "; YaRN is the layer's only scaling"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<MaskPlan> MaskPlan::Create(absl::Span<const int32_t> window_per_layer) {
   if (window_per_layer.empty()) return absl::InvalidArgumentError("MaskPlan: no layers");
@@ -66,27 +85,39 @@ absl::StatusOr<RopePlan> RopePlan::Create(absl::Span<const RopeLayer> per_layer,
         }
       }
     }
+    if (!(r.attention_factor > 0.0) || !std::isfinite(r.attention_factor)) {
+      return absl::InvalidArgumentError(absl::StrCat("RopePlan: layer ", il, " has attention_factor ",
+                                                     r.attention_factor, "; it must be finite and positive"));
+    }
+    if (r.yarn.has_value()) {
+      if (auto s = ValidateYarn(*r.yarn, r, il); !s.ok()) return s;
+    }
     int32_t v = -1;
     for (size_t k = 0; k < plan.variants_.size(); ++k) {
       const RopeLayer& o = plan.variants_[k];
-      if (o.base == r.base && o.freq_scale == r.freq_scale && o.freq_factors == r.freq_factors) {
+      if (o.base == r.base && o.freq_scale == r.freq_scale && o.freq_factors == r.freq_factors && o.yarn == r.yarn &&
+          o.attention_factor == r.attention_factor) {
         v = static_cast<int32_t>(k);
       }
     }
     if (v < 0) {
       v = static_cast<int32_t>(plan.variants_.size());
       plan.variants_.push_back(r);
-      // float32 as in HF's default RoPE init: 1 / base^(arange(0, d, 2) / d),
-      // d the rotated dimensions, then divided by the factor as HF's llama3
-      // init divides (inv / factor).
-      std::vector<float> inv(static_cast<size_t>(rot_dims / 2));
-      for (int32_t i = 0; i < rot_dims / 2; ++i) {
-        const float expo = static_cast<float>(2 * i) / static_cast<float>(rot_dims);
-        float f = 1.0f / std::pow(static_cast<float>(r.base), expo);
-        if (!r.freq_factors.empty()) f /= r.freq_factors[static_cast<size_t>(i)];
-        inv[static_cast<size_t>(i)] = f;
+      if (r.yarn.has_value()) {
+        plan.inv_freq_.push_back(YarnInvFreq(r.base, rot_dims, *r.yarn));
+      } else {
+        // float32 as in HF's default RoPE init: 1 / base^(arange(0, d, 2) / d),
+        // d the rotated dimensions, then divided by the factor as HF's llama3
+        // init divides (inv / factor).
+        std::vector<float> inv(static_cast<size_t>(rot_dims / 2));
+        for (int32_t i = 0; i < rot_dims / 2; ++i) {
+          const float expo = static_cast<float>(2 * i) / static_cast<float>(rot_dims);
+          float f = 1.0f / std::pow(static_cast<float>(r.base), expo);
+          if (!r.freq_factors.empty()) f /= r.freq_factors[static_cast<size_t>(i)];
+          inv[static_cast<size_t>(i)] = f;
+        }
+        plan.inv_freq_.push_back(std::move(inv));
       }
-      plan.inv_freq_.push_back(std::move(inv));
     }
     plan.layer_variant_.push_back(v);
   }

@@ -6,10 +6,16 @@
 // (Gemma 3: local 10k, global 1M). Each collapses layers that agree into one
 // *variant*, so a uniform model carries one mask and one RoPE table per step.
 // Both are validated at construction and name the offending layer.
+//
+// A RopePlan variant's frequencies are plain RoPE (RoFormer, Su et al. 2021,
+// eq. 15: base^(-2i / rot_dims)), optionally divided per frequency
+// (freq_factors: Llama 3.1) or blended by YaRN (engine/rope_yarn.h), and its
+// cos/sin tables are optionally multiplied by an attention factor (YaRN's).
 #ifndef DECODED_ENGINE_DECODE_PLANS_H_
 #define DECODED_ENGINE_DECODE_PLANS_H_
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -17,6 +23,7 @@
 #include "absl/types/span.h"
 #include "engine/graph/graph.h"
 #include "engine/kv_layout.h"
+#include "engine/rope_yarn.h"
 
 namespace decoded {
 
@@ -68,13 +75,24 @@ struct RopeLayer {
   // scaling is one such vector (1 for the kept band, the factor for the
   // divided band, smoothed in between).
   std::vector<float> freq_factors;
+  // YaRN frequency interpolation (engine/rope_yarn.h: YarnInvFreq over the
+  // rotated dimensions); absent: plain frequencies. Exclusive with
+  // freq_factors and with freq_scale != 1 (a file states one scaling).
+  std::optional<YarnScaling> yarn;
+  // Multiplies every cos and sin of this variant (HF's attention_scaling,
+  // ggml's mscale): q.k over the rotated dimensions scales by its square.
+  // YaRN's is 0.1 ln(factor) + 1 unless the model states another; 1 otherwise.
+  double attention_factor = 1.0;
 };
 
 class RopePlan {
  public:
   // INVALID_ARGUMENT naming the layer for a non-positive base or scale,
   // freq_factors of another length than rot_dims / 2 or holding a value that
-  // is not finite and positive, or an odd head_dim. `pairing` is the family's
+  // is not finite and positive, an attention_factor that is not finite and
+  // positive, YaRN parameters that are not (factor, original_context,
+  // beta_fast, beta_slow all finite and positive) or YaRN beside freq_factors
+  // or a freq_scale other than 1; or an odd head_dim. `pairing` is the family's
   // (model-scalar): which dimensions every rotating layer rotates together.
   // `rot_dims` (model-scalar too) is how many leading dimensions of each head
   // rotate: 0 means the whole head; fewer is partial rotary (Phi-2), the
@@ -94,7 +112,8 @@ class RopePlan {
   int32_t rot_dims() const { return rot_dims_; }
   RopePairing pairing() const { return pairing_; }
   // inv_freq[i] = 1 / base^(2i / rot_dims) / freq_factors[i] (no division
-  // without factors), i < rot_dims / 2, for variant v; float32.
+  // without factors), or YarnInvFreq(base, rot_dims, yarn) with YaRN,
+  // i < rot_dims / 2, for variant v; float32.
   const std::vector<float>& inv_freq(int32_t v) const { return inv_freq_[static_cast<size_t>(v)]; }
 
  private:

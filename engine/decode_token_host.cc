@@ -33,14 +33,16 @@ absl::Status compute_decode_token_host(const MaskPlan& mask_plan, const RopePlan
   for (int32_t v = 0; v < rope_plan.n_variants(); ++v) {
     const std::vector<float>& inv = rope_plan.inv_freq(v);
     const float scale = static_cast<float>(rope_plan.variant(v).freq_scale);
+    const float attention_factor = static_cast<float>(rope_plan.variant(v).attention_factor);
     for (int32_t i = 0; i < seq; ++i) {
       const float pos = static_cast<float>(pos0 + i) * scale;
       float* c = host->rope_cos.data() + (static_cast<size_t>(v) * seq + i) * half;
       float* s = host->rope_sin.data() + (static_cast<size_t>(v) * seq + i) * half;
       for (int32_t d = 0; d < half; ++d) {
         const float angle = pos * inv[static_cast<size_t>(d)];
-        c[d] = static_cast<float>(std::cos(static_cast<double>(angle)));
-        s[d] = static_cast<float>(std::sin(static_cast<double>(angle)));
+        // HF: emb.cos() * attention_scaling, each rounded to float32.
+        c[d] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_factor;
+        s[d] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_factor;
       }
     }
   }

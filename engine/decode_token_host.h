@@ -36,7 +36,8 @@ void build_decode_mask_variants(const MaskPlan& mask_plan, int32_t seq, int32_t 
 
 // Fills `host` for `tokens` at positions starting at `pos0`: ids, RoPE cos/sin
 // per RopePlan variant (angle = (pos * freq_scale) * inv_freq in f32, as HF
-// computes it), masks, KV offset. INVALID_ARGUMENT for an empty token list.
+// computes it; both tables times the variant's attention_factor), masks, KV
+// offset. INVALID_ARGUMENT for an empty token list.
 absl::Status compute_decode_token_host(const MaskPlan& mask_plan, const RopePlan& rope_plan,
                                        absl::Span<const int32_t> tokens, int32_t pos0,
                                        DecodeTokenHost* host);

@@ -30,10 +30,14 @@
 // then scaled by expert_weights_scale) plus the shared experts'
 // dense SwiGLU of expert_shared_count * expert_feed_forward_length, added.
 // Only the k selected experts are computed per token.
-// YaRN RoPE scaling is refused (UNIMPLEMENTED, naming the key).
+// YaRN (DeepSeek-V2's 128k models; HF deepseek_v2 with rope_type "yarn"): the
+// rope parts rotate with YaRN's frequencies (RopeLayer::yarn) and the softmax
+// scale is multiplied by yarn_get_mscale(factor, mscale_all_dim)^2 (see
+// ReadScaling below for the keys and the cos/sin factor).
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -48,6 +52,7 @@
 #include "models/family_base.h"
 #include "models/fused_weights.h"
 #include "models/moe_ffn.h"
+#include "models/rope_scaling.h"
 #include "models/transformer_dims.h"
 
 namespace decoded {
@@ -67,6 +72,9 @@ struct Deepseek2Config {
   int32_t dense_layers = 0;  // leading_dense_block_count
   MoeFfnConfig moe;          // the layers from dense_layers on
   double rope_base = 10000.0;
+  std::optional<YarnScaling> rope_yarn;  // rope.scaling.type = "yarn"
+  double rope_attention_factor = 1.0;    // YaRN's cos/sin multiplier
+  double softmax_scale_factor = 1.0;     // multiplies 1 / sqrt(qk_nope + qk_rope)
   double eps = 1e-6;
 };
 
@@ -115,7 +123,8 @@ class Deepseek2 final : public FamilyBase {
 
     const NodeId q_lat = g.head_matmul(g.weight(*w.k_b), q_nope, heads, p + "attn_k_b");
     const NodeId q_row = g.head_concat(q_lat, q_rope, heads, p + "q_absorbed");
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.qk_nope + cfg_.qk_rope)));
+    const float scale =
+        static_cast<float>(cfg_.softmax_scale_factor / std::sqrt(static_cast<double>(cfg_.qk_nope + cfg_.qk_rope)));
     const NodeId o_lat = in.attention(q_row, k_row, kNoNode, {.scale = scale});
     const NodeId o = g.head_matmul(g.weight(*w.v_b), o_lat, heads, p + "attn_v_b");
     const NodeId x1 = g.add(in.x, mm(w.wo, o, "attn_output"), p + "attn_residual");
@@ -179,7 +188,7 @@ class Deepseek2 final : public FamilyBase {
         },
         [&] { return assign(c.v_head, hp.Int("attention.value_length_mla", {1, hb::kMaxHeadDim})); },
         [&] { return assign(c.rope_base, hp.FloatOr("rope.freq_base", 10000.0, {1.0, hb::kMaxFloat32})); },
-        [&] { return ReadRopeScaling(hp); },
+        [&] { return ReadScaling(hp); },
         [&] {
           return assign(c.dense_layers, hp.IntOr("leading_dense_block_count", 0, {0, d.n_layers,
                                                                                   hp.key("block_count")}));
@@ -201,31 +210,56 @@ class Deepseek2 final : public FamilyBase {
     auto mp = MaskPlan::Create(std::vector<int32_t>(static_cast<size_t>(d.n_layers), 0));
     if (!mp.ok()) return mp.status();
     mask_plan_ = *std::move(mp);
-    // RoPE runs on the rope parts alone: its "head" is qk_rope wide.
-    auto rp = RopePlan::Create(
-        std::vector<RopeLayer>(static_cast<size_t>(d.n_layers), RopeLayer{true, c.rope_base, 1.0}), c.qk_rope,
-        RopePairing::kAdjacent);
+    // RoPE runs on the rope parts alone: its "head" is qk_rope wide (HF's
+    // head_dim, over which YaRN spreads its frequencies too).
+    RopeLayer rope{true, c.rope_base, 1.0};
+    rope.yarn = c.rope_yarn;
+    rope.attention_factor = c.rope_attention_factor;
+    auto rp = RopePlan::Create(std::vector<RopeLayer>(static_cast<size_t>(d.n_layers), rope), c.qk_rope,
+                               RopePairing::kAdjacent);
     if (!rp.ok()) return rp.status();
     rope_plan_ = *std::move(rp);
     return absl::OkStatus();
   }
 
-  // The converter writes YaRN for DeepSeek-V2's 128k models (type "yarn",
-  // factor, original context, yarn_log_multiplier); the tiny models and
-  // unscaled ones carry none.
-  absl::Status ReadRopeScaling(const HParams& hp) {
-    std::string type = "none";
-    if (weights_->file().Find(hp.key("rope.scaling.type")) != nullptr) {
-      auto t = weights_->file().GetString(hp.key("rope.scaling.type"));
-      if (!t.ok()) return t.status();
-      type = *t;
+  // DeepSeek-V2's 128k models are YaRN (factor 40, original 4096, mscale =
+  // mscale_all_dim = 0.707). llama.cpp's converter writes type, factor,
+  // original context, the betas, and yarn_log_multiplier = 0.1 *
+  // mscale_all_dim (conversion/deepseek.py); mscale itself is not written.
+  // HF deepseek_v2 multiplies the softmax scale by
+  // yarn_get_mscale(factor, mscale_all_dim)^2 and cos/sin by its
+  // attention_factor: the stated yarn_attn_factor, else
+  // mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are set,
+  // else mscale(factor, 1). With yarn_log_multiplier the file is read as
+  // mscale == mscale_all_dim (every DeepSeek-V2 config; llama.cpp assumes the
+  // same), so cos/sin keep factor 1. Without it (a config without
+  // mscale_all_dim) the softmax scale stays and cos/sin take
+  // mscale(factor, 1), as HF computes; llama.cpp instead moves that factor
+  // squared onto the whole softmax scale, nope parts included. Linear
+  // scaling is refused: no DeepSeek-V2 uses it and llama.cpp's deepseek2
+  // graph would apply the YaRN mscale to it.
+  absl::Status ReadScaling(const HParams& hp) {
+    auto scaling = ReadRopeScaling(hp, context_length_);
+    if (!scaling.ok()) return scaling.status();
+    Deepseek2Config& c = cfg_;
+    switch (scaling->type) {
+      case RopeScaling::Type::kNone:
+        return absl::OkStatus();
+      case RopeScaling::Type::kLinear:
+        return absl::UnimplementedError(absl::StrCat("model file: linear RoPE scaling (", hp.key("rope.scaling.factor"),
+                                                     " = ", scaling->factor, ") is not supported for ", kArch,
+                                                     " (only YaRN)"));
+      case RopeScaling::Type::kYarn:
+        break;
     }
-    auto factor = hp.FloatOr("rope.scaling.factor", 0, {1.0 / 1024, 1024, true});
-    if (!factor.ok()) return factor.status();
-    if (type != "none" || (*factor != 0 && *factor != 1.0)) {
-      return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.scaling.type"), " = \"", type, "\", ",
-                                                   hp.key("rope.scaling.factor"), " = ", *factor,
-                                                   ": RoPE scaling (YaRN) is not supported for ", kArch, " yet"));
+    c.rope_yarn = scaling->yarn;
+    const double mscale_all_dim = scaling->yarn_log_multiplier.value_or(0.0) / 0.1;
+    if (mscale_all_dim != 0) {
+      c.rope_attention_factor = scaling->yarn_attn_factor.value_or(1.0);
+      const double m = YarnMscale(scaling->factor, mscale_all_dim);
+      c.softmax_scale_factor = m * m;
+    } else {
+      c.rope_attention_factor = scaling->yarn_attn_factor.value_or(YarnMscale(scaling->factor));
     }
     return absl::OkStatus();
   }
@@ -351,8 +385,9 @@ class Deepseek2 final : public FamilyBase {
       layers_.push_back(lw);
     }
     hash_ = absl::HashOf(std::string(kArch), d.n_layers, d.hidden, d.n_heads, d.vocab, c.ffn, c.q_lora_rank,
-                         c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, c.rope_base, c.eps, output_ == tok_embd_,
-                         c.dense_layers, c.dense_layers < d.n_layers ? c.moe : MoeFfnConfig{});
+                         c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head, c.rope_base, c.rope_yarn.has_value(),
+                         c.rope_yarn.value_or(YarnScaling{}), c.rope_attention_factor, c.softmax_scale_factor, c.eps,
+                         output_ == tok_embd_, c.dense_layers, c.dense_layers < d.n_layers ? c.moe : MoeFfnConfig{});
     return absl::OkStatus();
   }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "models/fused_weights.h"
 #include "models/moe_ffn.h"
 #include "models/qkv_weights.h"
+#include "models/rope_scaling.h"
 #include "models/transformer_dims.h"
 
 namespace decoded {
@@ -26,6 +28,8 @@ struct LlamaStyleConfig {
   double rope_freq_scale = 1.0;
   int32_t rot_dims = 0;                  // rope.dimension_count: leading dims of each head that rotate
   std::vector<float> rope_freq_factors;  // rope_freqs.weight; empty without it
+  std::optional<YarnScaling> rope_yarn;  // rope.scaling.type = "yarn"
+  double rope_attention_factor = 1.0;    // YaRN's cos/sin multiplier
   int32_t sliding_window = 0;            // 0: none
   double eps = 1e-5;
   MoeFfnConfig moe;  // LlamaFfn::kMoeSwiGlu only
@@ -152,7 +156,7 @@ class LlamaStyle final : public FamilyBase {
           return assign(cfg_.eps, hp.Float("attention.layer_norm_rms_epsilon", {hb::kMinNormalFloat32, 1.0}));
         },
         [&] { return assign(cfg_.rope_base, hp.FloatOr("rope.freq_base", 10000.0, {1.0, hb::kMaxFloat32})); },
-        [&]() -> absl::Status { return ReadRopeScaling(hp); },
+        [&]() -> absl::Status { return ReadScaling(hp); },
         [&]() -> absl::Status {
           if (spec_.ffn != LlamaFfn::kMoeSwiGlu) return absl::OkStatus();
           return assign(cfg_.moe, ReadMoeFfnConfig(hp, spec_.moe_norm_topk_prob));
@@ -167,7 +171,10 @@ class LlamaStyle final : public FamilyBase {
     std::vector<RopeLayer> ropes;
     for (int32_t il = 0; il < d.n_layers; ++il) {
       const bool rotates = spec_.rope_on_layer == nullptr || spec_.rope_on_layer(il);
-      ropes.push_back(RopeLayer{rotates, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_freq_factors});
+      RopeLayer rope{rotates, cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_freq_factors};
+      rope.yarn = cfg_.rope_yarn;
+      rope.attention_factor = cfg_.rope_attention_factor;
+      ropes.push_back(std::move(rope));
     }
     auto rp = RopePlan::Create(ropes, d.head_dim, spec_.rope_pairing, cfg_.rot_dims);
     if (!rp.ok()) return rp.status();
@@ -175,12 +182,13 @@ class LlamaStyle final : public FamilyBase {
     return absl::OkStatus();
   }
 
-  // "linear" (HF rope_scaling linear) is a position scale. Llama 3.1's
-  // frequency scaling comes as rope_freqs.weight (llama.cpp's converter writes
-  // no scaling type for it) and divides the frequencies. YaRN and LongRoPE
-  // (Phi-3's rope_factors_long/short, which also rescale cos/sin and switch
-  // with the context length) are refused.
-  absl::Status ReadRopeScaling(const HParams& hp) {
+  // "linear" (HF rope_scaling linear) is a position scale; "yarn" blends the
+  // frequencies and scales cos/sin (engine/rope_yarn.h), keys read by
+  // models/rope_scaling.h. Llama 3.1's frequency scaling comes as
+  // rope_freqs.weight (llama.cpp's converter writes no scaling type for it)
+  // and divides the frequencies. LongRoPE (Phi-3's rope_factors_long/short,
+  // which also rescale cos/sin and switch with the context length) is refused.
+  absl::Status ReadScaling(const HParams& hp) {
     namespace hb = hparam_bounds;
     for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
       if (weights_->Find(longrope) != nullptr) {
@@ -195,20 +203,26 @@ class LlamaStyle final : public FamilyBase {
       return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.dimension_sections"),
                                                    " (multi-axis M-RoPE) is not supported for ", spec_.arch));
     }
-    std::string type = "none";
-    if (weights_->file().Find(hp.key("rope.scaling.type")) != nullptr) {
-      auto t = weights_->file().GetString(hp.key("rope.scaling.type"));
-      if (!t.ok()) return t.status();
-      type = *t;
-    }
-    auto factor = hp.FloatOr("rope.scaling.factor", 0, {1.0 / 1024, 1024, true});
-    if (!factor.ok()) return factor.status();
-    if (type == "linear" && *factor != 0) {
-      cfg_.rope_freq_scale = 1.0 / *factor;
-    } else if (type != "none" && type != "linear" && *factor != 0 && *factor != 1.0) {
-      return absl::UnimplementedError(absl::StrCat(
-          "model file: ", hp.key("rope.scaling.type"), " = \"", type, "\" is not supported for ", spec_.arch,
-          " (only none and linear; Llama 3 frequency scaling is read from the tensor rope_freqs.weight)"));
+    auto scaling = ReadRopeScaling(hp, context_length_);
+    if (!scaling.ok()) return scaling.status();
+    if (scaling->type == RopeScaling::Type::kLinear) cfg_.rope_freq_scale = 1.0 / scaling->factor;
+    if (scaling->type == RopeScaling::Type::kYarn) {
+      // HF's attention_factor: stated, or from the factor alone. The
+      // mscale / mscale_all_dim variant (yarn_log_multiplier) is DeepSeek's
+      // (models/deepseek2.cc); llama.cpp's converter does not write it for
+      // these architectures and their loaders do not read it.
+      if (scaling->yarn_log_multiplier.has_value()) {
+        return absl::UnimplementedError(absl::StrCat("model file: ", hp.key("rope.scaling.yarn_log_multiplier"),
+                                                     " (YaRN mscale / mscale_all_dim) is not supported for ",
+                                                     spec_.arch));
+      }
+      if (weights_->Find("rope_freqs.weight") != nullptr) {
+        return absl::UnimplementedError(absl::StrCat("model file: tensor rope_freqs.weight beside ",
+                                                     hp.key("rope.scaling.type"), " = \"yarn\" is not supported for ",
+                                                     spec_.arch, " (one frequency scaling per file)"));
+      }
+      cfg_.rope_yarn = scaling->yarn;
+      cfg_.rope_attention_factor = scaling->yarn_attn_factor.value_or(YarnMscale(scaling->factor));
     }
 
     if (weights_->Find("rope_freqs.weight") == nullptr) return absl::OkStatus();
@@ -366,7 +380,8 @@ class LlamaStyle final : public FamilyBase {
     hash_ = absl::HashOf(spec_.arch, static_cast<int>(spec_.rope_pairing), has_bias, spec_.qk_norm,
                          spec_.fused_gate_up, spec_.post_norms, cfg_.rot_dims, d.n_layers, d.hidden, d.n_heads,
                          d.n_kv_heads, d.head_dim, d.vocab, cfg_.ffn, cfg_.rope_base, cfg_.rope_freq_scale,
-                         cfg_.rope_freq_factors, cfg_.sliding_window, cfg_.eps, output_ == tok_embd_, rope_variants,
+                         cfg_.rope_freq_factors, cfg_.rope_yarn.has_value(), cfg_.rope_yarn.value_or(YarnScaling{}),
+                         cfg_.rope_attention_factor, cfg_.sliding_window, cfg_.eps, output_ == tok_embd_, rope_variants,
                          static_cast<int>(spec_.ffn), cfg_.moe);
     return absl::OkStatus();
   }

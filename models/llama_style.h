@@ -14,7 +14,14 @@
 //   - Llama 3.1 RoPE frequency scaling as rope_freqs.weight [rot_dims / 2]
 //     (the per-frequency divisors llama.cpp's converter derives from HF's
 //     rope_type "llama3"), applied through RopeLayer::freq_factors;
-//   - linear RoPE scaling (rope.scaling.type = "linear").
+//   - linear RoPE scaling (rope.scaling.type = "linear");
+//   - YaRN (rope.scaling.type = "yarn", factor, original_context_length,
+//     yarn_beta_fast / yarn_beta_slow, yarn_attn_factor; models/rope_scaling.h)
+//     as HF's _compute_yarn_parameters: blended frequencies and cos/sin times
+//     the attention factor (RopeLayer::yarn, RopeLayer::attention_factor).
+//     llama.cpp's loaders for these architectures ignore the beta and
+//     attention-factor keys (they use 32 / 1 and 0.1 ln(factor) + 1); HF and
+//     this layer honour them.
 #ifndef DECODED_MODELS_LLAMA_STYLE_H_
 #define DECODED_MODELS_LLAMA_STYLE_H_
 
@@ -81,7 +88,9 @@ struct LlamaStyleSpec {
 // tensor. INVALID_ARGUMENT naming the key or tensor for a malformed file
 // (including rope_freqs.weight values outside [1/1024, FLT_MAX]); NOT_FOUND
 // naming a missing tensor; UNIMPLEMENTED naming the key or tensor for features
-// the layer does not model (YaRN and other scaling types, Phi-3 LongRoPE
+// the layer does not model (scaling types other than none, linear and yarn,
+// ReadRopeScaling's refusals, YaRN's yarn_log_multiplier (DeepSeek's mscale)
+// or YaRN beside rope_freqs.weight, Phi-3 LongRoPE
 // rope_factors_{long,short}, attention-output / FFN biases, and partial
 // rotary, q/k norms or post norms in a family without them); for an MoE FFN,
 // what ReadMoeFfnConfig and BindMoeFfn refuse (models/moe_ffn.h).

@@ -44,7 +44,18 @@ copied; the vendored gguf-py is used so the MLA key names are llama.cpp's own):
             3-D; nothing permuted: HF rotates adjacent pairs (view_as_complex), llama.cpp's deepseek2 uses NORM RoPE.
 Weights are float32; no tokenizer. Reference logits and JSON layout are those of tools/make_llama_fixture.py.
 
-Usage: python3 tools/make_deepseek2_fixtures.py [--out-dir tests/data]
+YaRN fixtures (YARN_SPECS; models/deepseek2.cc, models/rope_scaling.h), rope_type "yarn", factor 4,
+original_max_position_embeddings 32 (MAX_POS = 4 x 32), a 28-token prompt plus 12 decode steps past it:
+  deepseek2yarn      as DeepSeek-V2's own rope_scaling states it: beta_fast 32, beta_slow 1, mscale = mscale_all_dim =
+                     0.707 (HF: cos/sin x mscale(4, 0.707) / mscale(4, 0.707) = 1, softmax scale x mscale(4, 0.707)^2);
+                     q through the low-rank path;
+  deepseek2liteyarn  factor and original context only (HF: cos/sin x 0.1 ln 4 + 1, softmax scale unchanged); q direct.
+Their keys are what TextModel.set_gguf_parameters writes for "yarn" (rope.scaling.type, factor,
+original_context_length, yarn_beta_fast / yarn_beta_slow / yarn_attn_factor / yarn_ext_factor when the config states
+beta_fast / beta_slow / attention_factor / extrapolation_factor) plus DeepseekV2Model's
+rope.scaling.yarn_log_multiplier = 0.1 x mscale_all_dim when stated; mscale itself is not written.
+
+Usage: python3 tools/make_deepseek2_fixtures.py [--out-dir tests/data] [--only deepseek2yarn,...]
 """
 
 from __future__ import annotations
@@ -53,7 +64,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +133,42 @@ SPECS = [
 ]
 
 
+@dataclass(frozen=True)
+class YarnFixtureSpec(FixtureSpec):
+    rope_parameters: dict = field(default_factory=dict)
+
+
+YARN_SPECS = [
+    YarnFixtureSpec(name="deepseek2yarn", seed=41, q_lora_rank=24, prompt_len=28, decode_steps=12,
+                    rope_parameters={"rope_type": "yarn", "rope_theta": ROPE_THETA, "factor": 4.0,
+                                     "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                                     "mscale": 0.707, "mscale_all_dim": 0.707}),
+    YarnFixtureSpec(name="deepseek2liteyarn", seed=43, q_lora_rank=None, prompt_len=28, decode_steps=12,
+                    rope_parameters={"rope_type": "yarn", "rope_theta": ROPE_THETA, "factor": 4.0,
+                                     "original_max_position_embeddings": 32}),
+]
+
+
+def write_rope_scaling(w, spec: FixtureSpec) -> None:
+    """The rope scaling keys llama.cpp's converter writes for a YaRN config: TextModel's, then DeepseekV2Model's."""
+    rp = getattr(spec, "rope_parameters", {})
+    if rp.get("rope_type") != "yarn":
+        return
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rp["factor"])
+    w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    if (ext := rp.get("extrapolation_factor")) is not None:
+        w.add_rope_scaling_yarn_ext_factor(ext)
+    if (attn := rp.get("attention_factor", rp.get("attn_factor"))) is not None:
+        w.add_rope_scaling_yarn_attn_factor(attn)
+    if (beta_fast := rp.get("beta_fast")) is not None:
+        w.add_rope_scaling_yarn_beta_fast(beta_fast)
+    if (beta_slow := rp.get("beta_slow")) is not None:
+        w.add_rope_scaling_yarn_beta_slow(beta_slow)
+    if (mscale_all_dim := rp.get("mscale_all_dim")) is not None:
+        w.add_rope_scaling_yarn_log_mul(0.1 * mscale_all_dim)
+
+
 def build_model(spec: FixtureSpec):
     common = dict(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
@@ -129,7 +176,8 @@ def build_model(spec: FixtureSpec):
         q_lora_rank=spec.q_lora_rank, kv_lora_rank=KV_LORA, qk_nope_head_dim=QK_NOPE, qk_rope_head_dim=QK_ROPE,
         v_head_dim=V_HEAD, max_position_embeddings=MAX_POS, rms_norm_eps=RMS_EPS, hidden_act="silu",
         tie_word_embeddings=False, attention_bias=False, bos_token_id=BOS_ID, eos_token_id=2,
-        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA})
+        rope_parameters=dict(getattr(spec, "rope_parameters", None)
+                             or {"rope_type": "default", "rope_theta": ROPE_THETA}))
     m = spec.moe
     if m is None:
         cfg = DeepseekV2Config(**common, moe_intermediate_size=INTERMEDIATE, first_k_dense_replace=spec.n_layers,
@@ -259,6 +307,7 @@ def write_gguf(path: Path, spec: FixtureSpec, model) -> list[dict]:
         if m.norm_topk_prob:
             w.add_expert_weights_norm(True)
     w.add_rope_dimension_count(QK_ROPE)
+    write_rope_scaling(w, spec)
 
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, cfg.num_hidden_layers)
     table = []
@@ -335,7 +384,8 @@ def make_fixture(spec: FixtureSpec, out_dir: Path) -> None:
                    "qk_nope_head_dim": QK_NOPE, "qk_rope_head_dim": QK_ROPE, "v_head_dim": V_HEAD,
                    "rope_theta": ROPE_THETA, "rms_norm_eps": RMS_EPS,
                    "first_k_dense_replace": spec.n_layers if m is None else m.dense_layers,
-                   "tie_word_embeddings": False, "seed": spec.seed, **moe_config},
+                   "tie_word_embeddings": False, "seed": spec.seed, **moe_config,
+                   **({"rope_parameters": spec.rope_parameters} if hasattr(spec, "rope_parameters") else {})},
         "tensors": table,
         "prompt_ids": prompt,
         "decode_ids": ref["generated_ids"][:spec.decode_steps],
@@ -362,7 +412,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for spec in SPECS:
+    for spec in SPECS + YARN_SPECS:
         if not args.only or spec.name in args.only:
             make_fixture(spec, args.out_dir)
     return 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds tiny random-weight Qwen3, Qwen3-MoE, Phi-3, Llama-3-RoPE and GLM-4 models and their Hugging Face reference logits.
+"""Builds tiny random-weight Qwen3, Qwen3-MoE, Phi-3, Llama-3-RoPE, GLM-4 and YaRN models and their HF reference logits.
 
 The four fixtures cover what the llama-style layer (models/llama_style.cc) does beyond Llama 2 / Qwen2:
   qwen3_tiny         `Qwen3ForCausalLM`: per-head RMSNorm on q and k before RoPE, no biases, and a head size (16)
@@ -16,7 +16,14 @@ The four fixtures cover what the llama-style layer (models/llama_style.cc) does 
                      adjacent pairs 2i / 2i+1, HF's interleaved rotate_half), sandwich norms (post_self_attn_layernorm
                      on the attention output and post_mlp_layernorm on the MLP output, each before its residual add),
                      fused gate_up_proj, q/k/v biases, GQA 2:1, head size 16 over hidden 32 (q wider, as GLM-4-32B),
-                     3 layers, untied output.
+                     3 layers, untied output;
+  qwen2yarn_tiny     `Qwen2ForCausalLM` with rope_type "yarn" as Qwen2.5 states it (factor 4,
+                     original_max_position_embeddings 32, nothing else: HF's beta_fast 32 / beta_slow 1 and attention
+                     factor 0.1 ln 4 + 1), q/k/v biases, untied; the 28-token prompt plus 12 decode steps run past the
+                     original context;
+  llamayarn_tiny     `LlamaForCausalLM` with rope_type "yarn" stating its own beta_fast 2 / beta_slow 0.1 (rope_theta
+                     1000: of 8 frequencies one kept, four blended, three divided by 4) and attention_factor 1.25,
+                     adjacent-pair RoPE (permuted q/k), tied.
 
 Each GGUF is written as llama.cpp's convert_hf_to_gguf.py writes that architecture (conversion/llama.py, qwen.py,
 phi.py; read, not copied):
@@ -31,6 +38,11 @@ phi.py; read, not copied):
           expert_feed_forward_length; no expert_weights_norm: llama.cpp fixes it on for qwen3moe); HF 5.x's fused
           experts.gate_up_proj [E, 2F, H] split on dim -2 into ffn_gate_exps / ffn_up_exps (gate first),
           experts.down_proj [E, H, F] as ffn_down_exps, the router mlp.gate as ffn_gate_inp;
+  yarn    (qwen2yarn, llamayarn) TextModel's rope scaling keys (conversion/base.py): rope.scaling.type = "yarn",
+          rope.scaling.factor, rope.scaling.original_context_length, and rope.scaling.yarn_beta_fast /
+          yarn_beta_slow / yarn_attn_factor / yarn_ext_factor only for what the config states (beta_fast,
+          beta_slow, attention_factor, extrapolation_factor); qwen2 as TextModel writes it (no head_dim in the
+          config: no key/value_length, no rope.dimension_count, no vocab_size), tensors unpermuted (NEOX);
   phi3    Phi3MiniModel's own keys (rope.dimension_count = partial_rotary_factor * hidden / heads,
           rope.scaling.original_context_length, attention.sliding_window, 0 when the config has none); qkv_proj as
           blk.N.attn_qkv ([q; k; v] rows) and gate_up_proj as blk.N.ffn_up ([gate; up] rows, 2 x FFN), unsplit;
@@ -50,8 +62,10 @@ GGUF is rewritten to a temporary copy with the two keys llama.cpp needs to load 
 and compared with the HF logits. Measured: qwen3 and llama3rope within 1.5e-5 at every position; glm4 within 3.7e-6
 at every position (so llama.cpp reads this layout, unpermuted Q/K with its NORM pairing, as HF computes); phi3 within 3e-6
 inside its window of 6 and off by up to 4.0 after it, because llama.cpp's phi3 loader disables the sliding window
-the GGUF states while HF applies it.
-Usage: python3 tools/make_llama_variant_fixtures.py [--out-dir tests/data] [--only qwen3,qwen3moe,phi3,llama3rope,glm4]
+the GGUF states while HF applies it; qwen2yarn within 4.0e-6; llamayarn off by 15.3, because llama.cpp's llama loader
+ignores the yarn_beta_fast / yarn_beta_slow / yarn_attn_factor keys (it uses 32 / 1 and 0.1 ln(factor) + 1).
+Usage: python3 tools/make_llama_variant_fixtures.py [--out-dir tests/data]
+                                                     [--only qwen3,qwen3moe,phi3,llama3rope,glm4,qwen2yarn,llamayarn]
                                                      [--check-llamacpp]
 """
 
@@ -74,7 +88,8 @@ try:
     import torch
     import transformers
     from transformers import (Glm4Config, Glm4ForCausalLM, LlamaConfig, LlamaForCausalLM, Phi3Config,
-                              Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                              Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                              Qwen3MoeConfig, Qwen3MoeForCausalLM)
 except ImportError as exc:
     sys.exit(f"make_llama_variant_fixtures: missing dependency ({exc}); "
              "pip install -r tools/requirements-reference.txt")
@@ -108,6 +123,20 @@ class FixtureSpec:
     expert_ffn: int = 0
 
 
+# YaRN (models/rope_scaling.h): MAX_POS = factor x original context, as HF's validation expects.
+YARN_SPECS = [
+    FixtureSpec(name="qwen2yarn", arch="qwen2", seed=31, n_heads=2, n_kv_heads=1, head_dim=16, rms_eps=1e-6,
+                tied=False, prompt_len=28, decode_steps=12,
+                rope_parameters={"rope_type": "yarn", "rope_theta": 10_000.0, "factor": 4.0,
+                                 "original_max_position_embeddings": 32}),
+    FixtureSpec(name="llamayarn", arch="llama", seed=37, n_heads=2, n_kv_heads=1, head_dim=16, rms_eps=1e-5,
+                tied=True, prompt_len=28, decode_steps=12,
+                rope_parameters={"rope_type": "yarn", "rope_theta": 1_000.0, "factor": 4.0,
+                                 "original_max_position_embeddings": 32, "beta_fast": 2.0, "beta_slow": 0.1,
+                                 "attention_factor": 1.25}),
+]
+
+
 SPECS = [
     FixtureSpec(name="qwen3", arch="qwen3", seed=11, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-6, tied=True,
                 rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}),
@@ -124,7 +153,7 @@ SPECS = [
     FixtureSpec(name="glm4", arch="glm4", seed=19, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-5, tied=False,
                 n_layers=3, prompt_len=9, decode_steps=10,
                 rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.5}),
-]
+] + YARN_SPECS
 
 
 def build_model(spec: FixtureSpec):
@@ -147,6 +176,10 @@ def build_model(spec: FixtureSpec):
         cfg = Phi3Config(original_max_position_embeddings=MAX_POS, sliding_window=spec.sliding_window,
                          pad_token_id=0, **common)
         cls = Phi3ForCausalLM
+    elif spec.arch == "qwen2":
+        assert spec.head_dim == HIDDEN // spec.n_heads, "Qwen2 derives its head size from hidden / heads"
+        cfg = Qwen2Config(use_sliding_window=False, **common)
+        cls = Qwen2ForCausalLM
     elif spec.arch == "glm4":
         cfg = Glm4Config(head_dim=spec.head_dim, attention_bias=True, pad_token_id=0, **common)
         cls = Glm4ForCausalLM
@@ -209,6 +242,24 @@ def llama3_rope_factors(spec: FixtureSpec) -> np.ndarray:
     return torch.stack([t.to(torch.float32) for t in out]).numpy()
 
 
+def write_rope_scaling(w, spec: FixtureSpec) -> None:
+    """TextModel.set_gguf_parameters' rope scaling keys for rope_type "yarn" (what the config states, nothing more)."""
+    rp = spec.rope_parameters
+    if rp.get("rope_type") != "yarn":
+        return
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rp["factor"])
+    w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    if (ext := rp.get("extrapolation_factor")) is not None:
+        w.add_rope_scaling_yarn_ext_factor(ext)
+    if (attn := rp.get("attention_factor", rp.get("attn_factor"))) is not None:
+        w.add_rope_scaling_yarn_attn_factor(attn)
+    if (beta_fast := rp.get("beta_fast")) is not None:
+        w.add_rope_scaling_yarn_beta_fast(beta_fast)
+    if (beta_slow := rp.get("beta_slow")) is not None:
+        w.add_rope_scaling_yarn_beta_slow(beta_slow)
+
+
 def write_gguf(path: Path, spec: FixtureSpec, model, loadable_by_llamacpp: bool = False) -> tuple[list[dict], dict]:
     cfg = model.config
     w = gguf.GGUFWriter(str(path), spec.arch)
@@ -226,12 +277,15 @@ def write_gguf(path: Path, spec: FixtureSpec, model, loadable_by_llamacpp: bool 
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(spec.rms_eps)
     w.add_rope_freq_base(spec.rope_parameters["rope_theta"])
+    write_rope_scaling(w, spec)
     extra = {}
     if spec.arch == "phi3":
         w.add_rope_scaling_orig_ctx_len(cfg.original_max_position_embeddings)
         w.add_rope_dimension_count(int(cfg.rope_parameters.get("partial_rotary_factor", 1.0) * cfg.hidden_size)
                                    // cfg.num_attention_heads)
         w.add_sliding_window(cfg.sliding_window or 0)
+    elif spec.arch == "qwen2":
+        pass  # no head_dim in a Qwen2 config, so TextModel writes no key/value length
     else:
         # Both configs carry head_dim, which TextModel writes as key and value length.
         w.add_key_length(spec.head_dim)
@@ -246,7 +300,8 @@ def write_gguf(path: Path, spec: FixtureSpec, model, loadable_by_llamacpp: bool 
         w.add_expert_used_count(spec.experts_used)
         w.add_expert_feed_forward_length(spec.expert_ffn)
 
-    arch_id = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3, "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
+    arch_id = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
+               "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
                "phi3": gguf.MODEL_ARCH.PHI3, "glm4": gguf.MODEL_ARCH.GLM4}[spec.arch]
     name_map = gguf.get_tensor_name_map(arch_id, cfg.num_hidden_layers)
     table = []

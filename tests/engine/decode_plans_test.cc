@@ -1,12 +1,18 @@
 #include "engine/decode_plans.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "engine/decode_token_host.h"
+#include "engine/rope_yarn.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/common/model_path.h"
 
 namespace decoded {
 namespace {
@@ -143,6 +149,126 @@ TEST(RopePlanTest, FrequencyFactorsCoverTheRotatedDimsUnderPartialRotary) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("layer 0"), std::string::npos) << bad.status();
+}
+
+// YaRN against Hugging Face's own init (tools/gen_rope_yarn_reference.py):
+// the plan's frequencies equal HF's float32 inv_freq to within an ulp or two
+// (pow and the blend rounded in another order), and YarnMscale gives HF's
+// attention factor (mscale ratio when a case states mscale and
+// mscale_all_dim) and DeepSeek-V2's softmax multiplier.
+TEST(RopePlanYarnTest, FrequenciesAndFactorsMatchTransformers) {
+  std::ifstream in(testing::TestDataPath("rope_yarn_reference.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_GE(ref["cases"].size(), 6u);
+  for (const nlohmann::json& c : ref["cases"]) {
+    const nlohmann::json& p = c["rope_parameters"];
+    const std::string name = c["name"];
+    YarnScaling y;
+    y.factor = p["factor"];
+    y.original_context = p["original_max_position_embeddings"];
+    if (p.contains("beta_fast")) y.beta_fast = p["beta_fast"];
+    if (p.contains("beta_slow")) y.beta_slow = p["beta_slow"];
+    const int32_t rot = c["rot_dims"];
+    RopeLayer layer{true, p["rope_theta"].get<double>(), 1.0};
+    layer.yarn = y;
+    // Partial rotary: the head is wider than the rotated dimensions.
+    auto plan = RopePlan::Create(std::vector<RopeLayer>{layer}, 2 * rot, RopePairing::kNeox, rot);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+    const std::vector<float>& inv = plan->inv_freq(0);
+    ASSERT_EQ(inv.size(), c["inv_freq"].size()) << name;
+    double worst = 0;
+    for (size_t i = 0; i < inv.size(); ++i) {
+      const double want = std::stod(c["inv_freq"][i].get<std::string>());
+      const double rel = std::abs(inv[i] - want) / want;
+      worst = std::max(worst, rel);
+      EXPECT_LT(rel, 3e-7) << name << " inv_freq[" << i << "] = " << inv[i] << ", HF " << want;
+    }
+    std::printf("[ measured ] %s: max relative |inv_freq - HF| = %.3g over %zu frequencies\n", name.c_str(), worst,
+                inv.size());
+    double attention = YarnMscale(y.factor);
+    if (p.contains("attention_factor")) {
+      attention = p["attention_factor"];
+    } else if (p.contains("mscale") && p.contains("mscale_all_dim")) {
+      attention = YarnMscale(y.factor, p["mscale"]) / YarnMscale(y.factor, p["mscale_all_dim"]);
+    }
+    EXPECT_NEAR(attention, c["attention_factor"].get<double>(), 1e-12) << name;
+    const double m = p.contains("mscale_all_dim") ? YarnMscale(y.factor, p["mscale_all_dim"]) : 1.0;
+    EXPECT_NEAR(m * m, c["deepseek_v2_softmax_scale_factor"].get<double>(), 1e-12) << name;
+  }
+}
+
+// The blend's ends: factor 1 is plain RoPE; frequencies below the ramp are
+// kept and above it divided by the factor.
+TEST(RopePlanYarnTest, FactorOneIsPlainRopeAndTheEndsAreKeptOrDivided) {
+  RopeLayer plain{true, 1e4, 1.0};
+  RopeLayer same = plain;
+  same.yarn = YarnScaling{.factor = 1.0, .original_context = 64};
+  auto a = RopePlan::Create(std::vector<RopeLayer>{plain, same}, 32);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->n_variants(), 2);  // YaRN or not is part of the variant
+  for (size_t i = 0; i < a->inv_freq(0).size(); ++i) {
+    // inter * ramp + extra * (1 - ramp) with inter == extra: exact up to the
+    // blend's rounding.
+    EXPECT_NEAR(a->inv_freq(1)[i], a->inv_freq(0)[i], 2e-7 * a->inv_freq(0)[i]) << i;
+  }
+
+  RopeLayer yarn = plain;
+  yarn.yarn = YarnScaling{.factor = 8.0, .original_context = 4096};
+  auto b = RopePlan::Create(std::vector<RopeLayer>{plain, yarn}, 64);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // d = 64, base 1e4, L = 4096: ramp from floor(10.5) = 10 to ceil(22.5) = 23.
+  EXPECT_NEAR(YarnCorrectionDim(64, 1e4, 4096, 32), 10.5, 0.05);
+  EXPECT_NEAR(YarnCorrectionDim(64, 1e4, 4096, 1), 22.5, 0.05);
+  for (int i : {0, 5, 10}) EXPECT_EQ(b->inv_freq(1)[i], b->inv_freq(0)[i]) << i;
+  for (int i : {23, 31}) EXPECT_NEAR(b->inv_freq(1)[i], b->inv_freq(0)[i] / 8.0, 1e-6 * b->inv_freq(0)[i]) << i;
+  EXPECT_LT(b->inv_freq(1)[16], b->inv_freq(0)[16]);
+  EXPECT_GT(b->inv_freq(1)[16], b->inv_freq(0)[16] / 8.0f);
+}
+
+TEST(RopePlanYarnTest, RejectsBadYarnOrMixedScalingNamingTheLayer) {
+  const RopeLayer ok = [] {
+    RopeLayer r{true, 1e4, 1.0};
+    r.yarn = YarnScaling{.factor = 4.0, .original_context = 32};
+    return r;
+  }();
+  for (auto edit : std::vector<void (*)(RopeLayer&)>{
+           [](RopeLayer& r) { r.yarn->factor = 0; },
+           [](RopeLayer& r) { r.yarn->original_context = 0; },
+           [](RopeLayer& r) { r.yarn->beta_fast = -1; },
+           [](RopeLayer& r) { r.yarn->beta_slow = std::numeric_limits<double>::quiet_NaN(); },
+           [](RopeLayer& r) { r.freq_factors = {1.0f, 2.0f, 4.0f, 4.0f}; },
+           [](RopeLayer& r) { r.freq_scale = 0.5; },
+           [](RopeLayer& r) { r.attention_factor = 0; },
+           [](RopeLayer& r) { r.attention_factor = std::numeric_limits<double>::infinity(); },
+       }) {
+    RopeLayer r = ok;
+    edit(r);
+    auto plan = RopePlan::Create(std::vector<RopeLayer>{ok, r}, 8);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("layer 1"), std::string::npos) << plan.status();
+  }
+  EXPECT_TRUE(RopePlan::Create(std::vector<RopeLayer>{ok}, 8).ok());
+}
+
+// cos and sin both carry the variant's attention factor (HF multiplies
+// emb.cos() and emb.sin() by attention_scaling).
+TEST(DecodeTokenHostTest, AttentionFactorScalesCosAndSin) {
+  RopeLayer plain{true, 1e4, 1.0};
+  RopeLayer scaled = plain;
+  scaled.attention_factor = 1.25;
+  auto rope = RopePlan::Create(std::vector<RopeLayer>{plain, scaled}, 8);
+  auto mask = MaskPlan::Create(std::vector<int32_t>{0, 0});
+  ASSERT_TRUE(rope.ok() && mask.ok());
+  ASSERT_EQ(rope->n_variants(), 2);
+  DecodeTokenHost host;
+  ASSERT_TRUE(compute_decode_token_host(*mask, *rope, std::vector<int32_t>{1, 2}, 40, &host).ok());
+  const size_t per_variant = 2 * 4;
+  for (size_t i = 0; i < per_variant; ++i) {
+    EXPECT_EQ(host.rope_cos[per_variant + i], host.rope_cos[i] * 1.25f) << i;
+    EXPECT_EQ(host.rope_sin[per_variant + i], host.rope_sin[i] * 1.25f) << i;
+  }
 }
 
 // The mask bounds against a dense reference built straight from the seed's

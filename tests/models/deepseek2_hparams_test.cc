@@ -1,8 +1,8 @@
 // The deepseek2 loader on copies of the tiny fixtures with rewritten keys and
-// renamed tensors: YaRN is UNIMPLEMENTED naming the key, malformed MLA
-// geometry and FFN tensors of the other kind (dense / MoE) INVALID_ARGUMENT
-// naming the key, a missing tensor NOT_FOUND naming it (the MoE keys:
-// deepseek2_moe_test). The fixtures: 2 dense
+// renamed tensors: linear and unknown RoPE scaling are UNIMPLEMENTED naming
+// the key, YaRN without its factor, malformed MLA geometry and FFN tensors of
+// the other kind (dense / MoE) INVALID_ARGUMENT naming the key, a missing
+// tensor NOT_FOUND naming it (the MoE keys: deepseek2_moe_test). The fixtures: 2 dense
 // layers, hidden 32, 4 heads, kv_lora_rank 16, qk_nope 8, qk_rope 8,
 // v_head 12; deepseek2_tiny with q_lora_rank 24, deepseek2lite_tiny with a
 // direct q (tests/data/deepseek2*_tiny.json "config").
@@ -23,6 +23,7 @@ using ::testing::HasSubstr;
 
 wt::KvEdit U32(const std::string& key, uint32_t v) { return {"deepseek2." + key, wt::kU32, wt::Enc<uint32_t>(v)}; }
 wt::KvEdit Str(const std::string& key, const std::string& v) { return {"deepseek2." + key, wt::kStr, wt::EncStr(v)}; }
+wt::KvEdit F32(const std::string& key, float v) { return {"deepseek2." + key, wt::kF32, wt::Enc<float>(v)}; }
 wt::KvEdit Removed(const std::string& key) { return {"deepseek2." + key, wt::kU32, "", true}; }
 
 TEST(Deepseek2HparamsTest, FixturesLoadWithOneLatentKvHead) {
@@ -71,8 +72,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ExpertTensorInADenseLayer", kDirect, {}, {{"blk.1.ffn_gate.weight", "blk.1.ffn_gate_exps.weight"}},
              absl::StatusCode::kInvalidArgument,
              {"blk.1.ffn_gate_exps.weight", "dense layer", "deepseek2.leading_dense_block_count = 2"}},
-        Case{"YarnRopeScaling", kQLora, {Str("rope.scaling.type", "yarn")}, {}, absl::StatusCode::kUnimplemented,
-             {"deepseek2.rope.scaling.type = \"yarn\"", "YaRN"}},
+        Case{"YarnWithoutFactor", kQLora, {Str("rope.scaling.type", "yarn")}, {}, absl::StatusCode::kInvalidArgument,
+             {"deepseek2.rope.scaling.type = \"yarn\"", "deepseek2.rope.scaling.factor"}},
+        Case{"LinearRopeScaling", kQLora, {Str("rope.scaling.type", "linear"), F32("rope.scaling.factor", 4.0f)}, {},
+             absl::StatusCode::kUnimplemented, {"deepseek2.rope.scaling.factor = 4", "only YaRN"}},
+        Case{"UnknownRopeScalingType", kDirect, {Str("rope.scaling.type", "longrope")}, {},
+             absl::StatusCode::kUnimplemented, {"deepseek2.rope.scaling.type = \"longrope\""}},
         Case{"UnsplitKvB", kDirect, {},
              {{"blk.0.attn_k_b.weight", "blk.0.attn_kv_b.weight"}}, absl::StatusCode::kUnimplemented,
              {"blk.0.attn_kv_b.weight"}},

@@ -1,10 +1,11 @@
 // The llama-style families' loader on copies of the tiny llama / qwen2
 // fixtures with rewritten keys: what the layer does not model (scaling types
-// other than linear, e.g. YaRN, partial rotary) is UNIMPLEMENTED naming the
-// key;
+// other than none, linear and yarn, YaRN variants, partial rotary) is
+// UNIMPLEMENTED naming the key; YaRN's keys become the RoPE plan's;
 // malformed values are INVALID_ARGUMENT naming the key or tensor; linear
 // scaling becomes the RoPE position scale; an unknown architecture is refused
 // with the supported list.
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,14 +50,85 @@ TEST(LlamaStyleHparamsTest, FixturesLoadAsTheirFamilies) {
 }
 
 // Llama 3 scaling is read from rope_freqs.weight (llama_variants_*_test); a
-// "llama3" scaling type is not what llama.cpp's converter writes.
-TEST(LlamaStyleHparamsTest, ScalingTypesOtherThanLinearAreRefusedNamingTheKey) {
-  for (const std::string type : {"llama3", "yarn"}) {
+// "llama3" scaling type is not what llama.cpp's converter writes. LongRoPE
+// is not modelled.
+TEST(LlamaStyleHparamsTest, UnknownScalingTypesAreRefusedNamingTheKey) {
+  for (const std::string type : {"llama3", "longrope", "dynamic"}) {
     auto m = LoadEdited("llama", {Str("llama.rope.scaling.type", type), F32("llama.rope.scaling.factor", 8.0f)});
     ASSERT_FALSE(m.ok()) << type;
     EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_THAT(wt::Msg(m.status()), HasSubstr("llama.rope.scaling.type"));
     EXPECT_THAT(wt::Msg(m.status()), HasSubstr(type));
+  }
+}
+
+// The YaRN keys as llama.cpp's converter writes them become the plan's
+// RopeLayer::yarn and attention_factor: absent betas and attention factor take
+// HF's defaults (32, 1, 0.1 ln(factor) + 1), absent original context the
+// file's context length (llama.cpp's fallback).
+TEST(LlamaStyleHparamsTest, YarnKeysBecomeThePlansYarn) {
+  auto m = LoadEdited("qwen2", {Str("qwen2.rope.scaling.type", "yarn"), F32("qwen2.rope.scaling.factor", 4.0f),
+                                U32("qwen2.rope.scaling.original_context_length", 32)});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const RopeLayer& r = (*m)->rope_plan().variant(0);
+  ASSERT_TRUE(r.yarn.has_value());
+  EXPECT_EQ(*r.yarn, (YarnScaling{.factor = 4.0, .original_context = 32, .beta_fast = 32.0, .beta_slow = 1.0}));
+  EXPECT_DOUBLE_EQ(r.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_EQ(r.freq_scale, 1.0);
+
+  auto stated = LoadEdited("llama", {Str("llama.rope.scaling.type", "yarn"), F32("llama.rope.scaling.factor", 8.0f),
+                                     F32("llama.rope.scaling.yarn_beta_fast", 16.0f),
+                                     F32("llama.rope.scaling.yarn_beta_slow", 0.5f),
+                                     F32("llama.rope.scaling.yarn_attn_factor", 1.5f),
+                                     F32("llama.rope.scaling.yarn_ext_factor", 1.0f)});
+  ASSERT_TRUE(stated.ok()) << stated.status();
+  const RopeLayer& s = (*stated)->rope_plan().variant(0);
+  ASSERT_TRUE(s.yarn.has_value());
+  EXPECT_EQ(s.yarn->original_context, (*stated)->trained_context_length());
+  EXPECT_EQ(s.yarn->factor, 8.0);
+  EXPECT_EQ(s.yarn->beta_fast, 16.0);
+  EXPECT_EQ(s.yarn->beta_slow, 0.5);
+  EXPECT_EQ(s.attention_factor, 1.5);
+  EXPECT_NE((*m)->structural_hash(), LoadEdited("qwen2", {})->get()->structural_hash());
+}
+
+TEST(LlamaStyleHparamsTest, YarnVariantsTheLayerDoesNotModelAreRefusedNamingTheKey) {
+  struct Case {
+    std::string fixture;
+    std::vector<wt::KvEdit> edits;
+    absl::StatusCode code;
+    std::string want;
+  };
+  const std::vector<wt::KvEdit> yarn = {Str("qwen2.rope.scaling.type", "yarn"), F32("qwen2.rope.scaling.factor", 4.0f)};
+  auto with = [&](std::vector<wt::KvEdit> more) {
+    std::vector<wt::KvEdit> all = yarn;
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  const std::vector<Case> cases = {
+      {"qwen2", {Str("qwen2.rope.scaling.type", "yarn")}, absl::StatusCode::kInvalidArgument,
+       "qwen2.rope.scaling.factor"},
+      {"qwen2", with({F32("qwen2.rope.scaling.yarn_ext_factor", 0.5f)}), absl::StatusCode::kUnimplemented,
+       "qwen2.rope.scaling.yarn_ext_factor = 0.5"},
+      {"qwen2", with({F32("qwen2.rope.scaling.yarn_log_multiplier", 0.0707f)}), absl::StatusCode::kUnimplemented,
+       "qwen2.rope.scaling.yarn_log_multiplier"},
+      {"qwen2", with({F32("qwen2.rope.scaling.yarn_beta_fast", -32.0f)}), absl::StatusCode::kInvalidArgument,
+       "qwen2.rope.scaling.yarn_beta_fast"},
+      {"qwen2", with({F32("qwen2.rope.scaling.yarn_attn_factor", 0.0f)}), absl::StatusCode::kInvalidArgument,
+       "qwen2.rope.scaling.yarn_attn_factor"},
+      {"qwen2", with({U32("qwen2.rope.scaling.original_context_length", 0)}), absl::StatusCode::kInvalidArgument,
+       "qwen2.rope.scaling.original_context_length"},
+      {"qwen2", {F32("qwen2.rope.scaling.attn_factor", 1.2f)}, absl::StatusCode::kUnimplemented,
+       "qwen2.rope.scaling.attn_factor"},
+      // Llama 3's rope_freqs.weight beside YaRN: two frequency scalings.
+      {"llama3rope", {Str("llama.rope.scaling.type", "yarn"), F32("llama.rope.scaling.factor", 4.0f)},
+       absl::StatusCode::kUnimplemented, "rope_freqs.weight"},
+  };
+  for (const Case& c : cases) {
+    auto m = LoadEdited(c.fixture, c.edits);
+    ASSERT_FALSE(m.ok()) << c.want;
+    EXPECT_EQ(m.status().code(), c.code) << m.status();
+    EXPECT_THAT(wt::Msg(m.status()), HasSubstr(c.want));
   }
 }
 

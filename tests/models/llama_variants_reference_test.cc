@@ -1,13 +1,17 @@
-// qwen3, qwen3moe, phi3, glm4 and llama with Llama 3 RoPE frequency scaling, through the
-// shared driver, against Hugging Face transformers on tiny random-weight
-// models (fixtures: tools/make_llama_variant_fixtures.py). Logits are compared
-// over the whole prompt (D1, all rows) and every decode step (D2),
-// teacher-forced with HF's tokens. Each fixture's own broken variant must
-// exceed the tolerance: Qwen3 without its q/k norms, Phi-3 with gate and up
-// swapped or without its sliding window, Llama 3 without its frequency
-// factors; and for all three the other RoPE pairing. D2 logits equal D1's byte
-// for byte, both KV-write offset paths agree, and a session builds its graph
-// once.
+// qwen3, qwen3moe, phi3, glm4, llama with Llama 3 RoPE frequency scaling, and
+// qwen2 / llama with YaRN (qwen2yarn: HF's default betas and attention
+// factor; llamayarn: its own betas and attention factor), through the shared
+// driver, against Hugging Face transformers on tiny random-weight models
+// (fixtures: tools/make_llama_variant_fixtures.py). Logits are compared over
+// the whole prompt (D1, all rows) and every decode step (D2), teacher-forced
+// with HF's tokens. Each fixture's own broken variant must exceed the
+// tolerance: Qwen3 without its q/k norms, Phi-3 with gate and up swapped or
+// without its sliding window, Llama 3 without its frequency factors, the YaRN
+// fixtures with YaRN ignored or without the attention factor, llamayarn with
+// the default betas instead of the stated ones (what llama.cpp's llama loader
+// computes); and for all the other RoPE pairing. D2 logits equal D1's byte for
+// byte, both KV-write offset paths agree, and a session builds its graph once.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -116,8 +120,84 @@ TEST_P(LlamaVariantReferenceTest, DeviceOffsetAndSymbolPathsGiveIdenticalLogits)
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaVariantReferenceTest,
                          ::testing::Values(Case{"qwen3", "qwen3"}, Case{"qwen3moe", "qwen3moe"}, Case{"phi3", "phi3"},
-                                           Case{"llama3rope", "llama"}, Case{"glm4", "glm4"}),
+                                           Case{"llama3rope", "llama"}, Case{"glm4", "glm4"},
+                                           Case{"qwen2yarn", "qwen2"}, Case{"llamayarn", "llama"}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.fixture; });
+
+// The fixture's model with every rotating layer's RoPE entry edited.
+wt::PlanOverrideModel WithRopeEdited(const DecodeModel& base, void (*edit)(RopeLayer&)) {
+  const RopePlan& rp = base.rope_plan();
+  std::vector<RopeLayer> layers;
+  for (int32_t il = 0; il < base.dims().n_layers; ++il) {
+    const int32_t v = rp.variant_of(il);
+    RopeLayer r = v < 0 ? RopeLayer{false, 0, 0} : rp.variant(v);
+    if (v >= 0) edit(r);
+    layers.push_back(std::move(r));
+  }
+  return wt::PlanOverrideModel(base, std::nullopt,
+                               *RopePlan::Create(layers, rp.head_dim(), rp.pairing(), rp.rot_dims()));
+}
+
+class YarnTest : public ::testing::TestWithParam<std::string> {};
+
+// The plan holds what the file states, as HF reads the same config.
+TEST_P(YarnTest, PlanHoldsTheConfigsYarn) {
+  wt::HfFixture f = wt::LoadHfFixture(GetParam());
+  ASSERT_NE(f.model, nullptr);
+  const nlohmann::json& rp = f.ref["config"]["rope_parameters"];
+  ASSERT_EQ(rp["rope_type"], "yarn");
+  ASSERT_EQ(f.model->rope_plan().n_variants(), 1);
+  const RopeLayer& r = f.model->rope_plan().variant(0);
+  ASSERT_TRUE(r.yarn.has_value());
+  const double factor = rp["factor"];
+  EXPECT_EQ(r.yarn->factor, factor);
+  EXPECT_EQ(r.yarn->original_context, rp["original_max_position_embeddings"].get<int32_t>());
+  EXPECT_FLOAT_EQ(r.yarn->beta_fast, rp.value("beta_fast", 32.0));
+  EXPECT_FLOAT_EQ(r.yarn->beta_slow, rp.value("beta_slow", 1.0));
+  EXPECT_FLOAT_EQ(r.attention_factor, rp.value("attention_factor", 0.1 * std::log(factor) + 1.0));
+  // The test runs past the original context.
+  EXPECT_GT(f.ref["prompt_ids"].size() + f.ref["decode_ids"].size(), rp["original_max_position_embeddings"]);
+}
+
+TEST_P(YarnTest, IgnoringYarnExceedsTolerance) {
+  wt::HfFixture f = wt::LoadHfFixture(GetParam());
+  ASSERT_NE(f.model, nullptr);
+  const wt::PlanOverrideModel broken = WithRopeEdited(*f.model, [](RopeLayer& r) {
+    r.yarn.reset();
+    r.attention_factor = 1.0;
+  });
+  const double err = wt::MaxAbsErrorVsHf(broken, f.ref);
+  std::printf("[ measured ] %s without YaRN: max err %.6g\n", GetParam().c_str(), err);
+  EXPECT_GT(err, 10 * kTolerance);
+}
+
+TEST_P(YarnTest, DroppingTheAttentionFactorExceedsTolerance) {
+  wt::HfFixture f = wt::LoadHfFixture(GetParam());
+  ASSERT_NE(f.model, nullptr);
+  ASSERT_NE(f.model->rope_plan().variant(0).attention_factor, 1.0);
+  const wt::PlanOverrideModel broken = WithRopeEdited(*f.model, [](RopeLayer& r) { r.attention_factor = 1.0; });
+  const double err = wt::MaxAbsErrorVsHf(broken, f.ref);
+  std::printf("[ measured ] %s without the attention factor: max err %.6g\n", GetParam().c_str(), err);
+  EXPECT_GT(err, 10 * kTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, YarnTest, ::testing::Values("qwen2yarn", "llamayarn"),
+                         [](const auto& info) { return info.param; });
+
+// llamayarn states beta_fast 2 / beta_slow 0.1; llama.cpp's llama loader
+// does not read those keys and ramps between HF's defaults 32 / 1 instead.
+TEST(YarnBetaTest, DefaultBetasInsteadOfTheStatedOnesExceedTolerance) {
+  wt::HfFixture f = wt::LoadHfFixture("llamayarn");
+  ASSERT_NE(f.model, nullptr);
+  ASSERT_NE(f.model->rope_plan().variant(0).yarn->beta_fast, 32.0);
+  const wt::PlanOverrideModel broken = WithRopeEdited(*f.model, [](RopeLayer& r) {
+    r.yarn->beta_fast = 32.0;
+    r.yarn->beta_slow = 1.0;
+  });
+  const double err = wt::MaxAbsErrorVsHf(broken, f.ref);
+  std::printf("[ measured ] llamayarn with the default betas: max err %.6g\n", err);
+  EXPECT_GT(err, 10 * kTolerance);
+}
 
 // Writes `bytes` to a temporary GGUF, loads it as `spec` (or through the
 // registry when spec is null) and returns its max error against the
