@@ -287,6 +287,7 @@ def main():
             c.stdin.write(TURNS[0] + "\n")  # the first turn opens the session
             c.stdin.flush()
             clients.append(c)
+            procs.append(c)
         wait_for("two open sessions", lambda: metric(metrics_port, "decoded_sessions_active") == 2, 30)
         refused = subprocess.run(cli + ["--prompt", "One more?"], capture_output=True, text=True, timeout=60)
         if refused.returncode != 1 or "RESOURCE_EXHAUSTED" not in refused.stderr:
