@@ -30,6 +30,8 @@ fi
 
 BUILD_DIR=build scripts/build.sh -DDECODED_SANITIZE=OFF
 ctest --test-dir build --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900
+# Prometheus rules, Grafana dashboard and console against the daemon just built.
+BUILD_DIR=build scripts/test_monitoring.sh
 
 if [[ "${DECODED_SKIP_SANITIZERS:-0}" != 1 ]]; then
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DDECODED_SANITIZE=ON -DDECODED_BUILD_BENCH=OFF

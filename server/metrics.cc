@@ -58,6 +58,10 @@ class EngineCollectable final : public prometheus::Collectable {
                  s.bound_nodes),
         OneValue("decoded_kv_bytes", "KV cache bytes held by live sessions.", MetricType::Gauge, s.kv_bytes),
         OneValue("decoded_workers_busy", "Workers running a step.", MetricType::Gauge, s.workers_busy),
+        OneValue("decoded_workers", "Worker threads stepping sessions (--workers).", MetricType::Gauge, s.workers),
+        OneValue("decoded_kv_budget_bytes",
+                 "KV cache bytes all open sessions may reserve (--kv_budget_mb); 0: no limit.", MetricType::Gauge,
+                 s.kv_budget_bytes),
         OneValue("decoded_sessions_queued", "Sessions waiting for a worker.", MetricType::Gauge, s.turns_queued),
         OneValue("decoded_sessions_waiting_for_client",
                  "Sessions not stepped because their client has not consumed its last events (backpressure).",
@@ -80,6 +84,12 @@ ServerMetrics::ServerMetrics()
   engine_collectable_ = std::make_shared<EngineCollectable>(engine_);
   sessions_active_ =
       &BuildGauge().Name("decoded_sessions_active").Help("Open Generate streams.").Register(*registry_).Add({});
+  health_serving_ = &BuildGauge()
+                         .Name("decoded_health_serving")
+                         .Help("1 while grpc.health.v1 reports SERVING, 0 while NOT_SERVING (loading, stuck step, "
+                               "draining).")
+                         .Register(*registry_)
+                         .Add({});
   auto& sessions = BuildCounter()
                        .Name("decoded_sessions_total")
                        .Help("Generate streams ended, by outcome.")
@@ -131,6 +141,8 @@ void ServerMetrics::SetEngine(const serving::Engine* engine) { engine_->store(en
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> ServerMetrics::Expose(const std::string& address) {
   return MetricsEndpoint::Start(address, {registry_, engine_collectable_});
 }
+
+void ServerMetrics::SetServing(bool serving) { health_serving_->Set(serving ? 1 : 0); }
 
 void ServerMetrics::SessionOpened() { sessions_active_->Increment(); }
 

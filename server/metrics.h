@@ -3,9 +3,10 @@
 // Naming: no colons, base units (seconds, bytes), `_total` for counters,
 // labels of small fixed sets only (outcome, phase). Families owned by the
 // registry are updated by the server as events happen; the engine's own
-// counters and gauges (plan builds, rebinds, bound nodes, KV bytes, busy
-// workers, queued turns) are read from Engine::Stats() at scrape time by
-// EngineCollectable, so they can never drift from the engine's truth.
+// counters and gauges (plan builds, rebinds, bound nodes, KV bytes and
+// budget, busy and configured workers, queued turns) are read from
+// Engine::Stats() at scrape time by EngineCollectable, so they can never
+// drift from the engine's truth.
 //
 // Thread-safety: every member may be used from any thread.
 #ifndef DECODED_SERVER_METRICS_H_
@@ -44,6 +45,8 @@ class ServerMetrics {
   // address cannot be bound.
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Expose(const std::string& address);
 
+  // decoded_health_serving: what grpc.health.v1 reports (starts 0).
+  void SetServing(bool serving);
   void SessionOpened();                       // decoded_sessions_active + 1
   void SessionClosed(SessionOutcome outcome); // decoded_sessions_active - 1, outcome counted
   void AdmissionRejected();
@@ -62,6 +65,7 @@ class ServerMetrics {
   std::shared_ptr<std::atomic<const serving::Engine*>> engine_;
 
   prometheus::Gauge* sessions_active_;
+  prometheus::Gauge* health_serving_;
   prometheus::Counter* sessions_ok_;
   prometheus::Counter* sessions_client_gone_;
   prometheus::Counter* sessions_shutdown_;

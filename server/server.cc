@@ -135,6 +135,9 @@ void DecodedServer::Drain(absl::Duration period) {
   streams.WaitUntilEmpty(end);
 }
 
-void DecodedServer::SetServing(bool serving) { health_->SetServing(serving); }
+void DecodedServer::SetServing(bool serving) {
+  health_->SetServing(serving);
+  metrics_->SetServing(serving);
+}
 
 }  // namespace decoded::server

@@ -173,6 +173,9 @@ struct EngineStats {
   int64_t sessions_active = 0;  // open sessions (a closed one stops counting at once)
   int64_t turns_queued = 0;   // runnable turns waiting for a worker
   int64_t workers_busy = 0;
+  // Configured limits (EngineOptions), so a scrape can put usage beside them.
+  int64_t workers = 0;
+  int64_t kv_budget_bytes = 0;  // 0 = no limit
   // Sessions with a turn that is not stepped because the client has not
   // consumed max_unconsumed_events of its events.
   int64_t sessions_waiting_for_client = 0;

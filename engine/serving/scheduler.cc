@@ -344,6 +344,8 @@ EngineStats Scheduler::Stats() const {
   stats.sessions_active = open_;
   stats.turns_queued = static_cast<int64_t>(runnable_.size());
   stats.workers_busy = busy_;
+  stats.workers = options_.workers;
+  stats.kv_budget_bytes = options_.kv_budget_bytes;
   stats.nonfinite_logits_turns = nonfinite_logits_turns_;
   const Clock::time_point now = Clock::now();
   for (const auto& [id, session] : sessions_) {

@@ -398,10 +398,54 @@ TEST_F(ServerE2eTest, MetricsScrapeNamesTheMetrics) {
         "decoded_time_to_first_token_seconds", "decoded_inter_token_latency_seconds", "decoded_queue_time_seconds",
         "decoded_step_duration_seconds", "decoded_prompt_tokens_total", "decoded_generated_tokens_total",
         "decoded_graph_builds_total", "decoded_optimizer_runs_total", "decoded_rebinds_total",
-        "decoded_bound_nodes", "decoded_kv_bytes", "decoded_workers_busy"}) {
+        "decoded_bound_nodes", "decoded_kv_bytes", "decoded_kv_budget_bytes", "decoded_workers_busy",
+        "decoded_workers", "decoded_health_serving"}) {
     EXPECT_NE(body.find(name), std::string::npos) << name;
   }
   EXPECT_NE(body.find("phase=\"decode\""), std::string::npos);
+}
+
+// The gauges dashboards put usage beside: health as grpc.health.v1 reports
+// it (0 while loading and after a drain), the configured workers and KV
+// budget (EngineOptions). Runs its own server over the tiny fixture model.
+TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
+  ServerOptions so;
+  so.listen = "127.0.0.1:0";
+  so.metrics_listen = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<DecodedServer>> server = DecodedServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto scrape = [&](const std::string& series) {
+    return e2e::MetricValue(HttpGet((*server)->metrics_port(), "/metrics"), series);
+  };
+  EXPECT_EQ(scrape("decoded_health_serving"), 0);  // loading
+  EXPECT_EQ(scrape("decoded_workers"), 0);         // no engine yet
+
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  eo.workers = 2;
+  eo.context_length = 64;
+  eo.kv_budget_bytes = int64_t{3} << 30;
+  absl::StatusOr<std::unique_ptr<serving::Engine>> engine = serving::Engine::Create(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  (*server)->AttachEngine(*std::move(engine));
+  EXPECT_EQ(scrape("decoded_health_serving"), 1);
+  EXPECT_EQ(scrape("decoded_workers"), 2);
+  EXPECT_EQ(scrape("decoded_kv_budget_bytes"), 3.0 * (1 << 30));
+
+  // A session holds KV within the budget while it is open.
+  auto stub = StubOf(**server);
+  grpc::ClientContext ctx;
+  auto stream = stub->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("hello", 2)));
+  ASSERT_TRUE(ReadTurn(stream.get()).ended);
+  const double kv = scrape("decoded_kv_bytes");
+  EXPECT_GT(kv, 0);
+  EXPECT_LE(kv, 3.0 * (1 << 30));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+
+  (*server)->Drain(absl::Seconds(1));
+  EXPECT_EQ(scrape("decoded_health_serving"), 0);  // draining: load balancers stop sending
 }
 
 // Byte tokens can spell ill-formed UTF-8; the reply must still parse (a
