@@ -64,7 +64,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log \
  && mkdir -p /usr/share/decoded \
  && dpkg-query -W -f='${Package}=${Version}\n' > /usr/share/decoded/packages.txt \
- && useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
+ && useradd --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin decoded \
  && install -d -o 10001 -g 10001 -m 0755 /models
 COPY --from=builder /out/decoded /out/decoded-cli /usr/local/bin/
@@ -72,8 +72,7 @@ COPY scripts/fetch_model.sh scripts/pip_install.sh /usr/local/lib/decoded/script
 COPY deploy/image/entrypoint.sh /usr/local/bin/decoded-entrypoint
 COPY deploy/image/healthcheck.sh /usr/local/lib/decoded/healthcheck
 COPY deploy/image/fetch-model.sh /usr/local/lib/decoded/fetch-model
-RUN ! ldd /usr/local/bin/decoded /usr/local/bin/decoded-cli | grep "not found" \
- && /usr/local/bin/decoded-cli --help >/dev/null
+RUN ! ldd /usr/local/bin/decoded /usr/local/bin/decoded-cli | grep "not found"
 ARG DECODED_MARCH=x86-64-v3
 # The CPU flags (/proc/cpuinfo names) that DECODED_MARCH's code needs; the
 # entrypoint refuses to start without them. These are x86-64-v3's; give the
