@@ -61,7 +61,8 @@ RUN apt-get update \
       libabsl20220623 libc-ares2 libcivetweb1 libgcc-s1 libgrpc++1.51 libgrpc29 libpcre2-8-0 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libssl3 libstdc++6 zlib1g \
       python3 python3-pip \
- && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log \
  && mkdir -p /usr/share/decoded \
  && dpkg-query -W -f='${Package}=${Version}\n' > /usr/share/decoded/packages.txt \
  && useradd --uid 10001 --user-group --home-dir /nonexistent --no-create-home \

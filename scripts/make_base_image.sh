@@ -37,6 +37,9 @@ SOURCES
 cat >"$root/etc/apt/apt.conf.d/90container" <<'APT'
 APT::Install-Recommends "false";
 APT::Install-Suggests "false";
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb || true"; };
 APT
 cat >"$root/etc/dpkg/dpkg.cfg.d/90container-nodoc" <<'DPKG'
 path-exclude /usr/share/doc/*
