@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The container image end to end (docs/deploy.md), as CI runs it from
 # scripts/test.sh:
-#   1. installs podman, buildah, debootstrap and runc when missing;
+#   1. installs podman, buildah, debootstrap, runc and the CNI plugins when missing;
 #   2. makes the debootstrap base image (cached: scripts/make_base_image.sh)
 #      and builds localhost/decoded:latest from the Dockerfile (layer cache and
 #      the ccache cache mount make a rebuild after a source change short);
@@ -29,7 +29,8 @@ fail() { log "FAILED: $*"; exit 1; }
 
 # 1. Tools (Debian's packages).
 missing=()
-for p in podman buildah debootstrap runc; do
+# containernetworking-plugins: the network stack these machines were checked with (CNI).
+for p in podman buildah debootstrap runc containernetworking-plugins; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
