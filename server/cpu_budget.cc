@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -127,8 +128,10 @@ absl::StatusOr<CgroupMounts> ParseMountInfo(const std::string& path, const std::
 }
 
 // The process's cgroup below the mount point. A cgroup outside the mounted
-// root (a bind mount of another subtree) leaves the mount point itself.
+// root (a bind mount of another subtree, or a path with "/.." that a cgroup
+// namespace shows for a cgroup above its root) leaves the mount point itself.
 std::string RelativeToMount(const Mount& mount, const std::string& cgroup) {
+  if (cgroup == "/.." || absl::StrContains(cgroup, "/../") || absl::EndsWith(cgroup, "/..")) return "";
   if (mount.root == "/") return cgroup == "/" ? "" : cgroup;
   if (cgroup == mount.root) return "";
   if (cgroup.size() > mount.root.size() && cgroup.compare(0, mount.root.size(), mount.root) == 0 &&

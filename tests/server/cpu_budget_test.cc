@@ -179,6 +179,20 @@ TEST(CpuBudgetTest, BothHierarchiesTakeTheSmallerQuota) {
   EXPECT_EQ(b->cpus, 4);
 }
 
+// A cgroup namespace shows a cgroup above its root as "/../..."; the files
+// read are the mount point's, never a path outside it.
+TEST(CpuBudgetTest, CgroupAboveTheNamespaceRootReadsTheMountPoint) {
+  FakeRoot fs;
+  fs.Write("/proc/self/cgroup", "0::/../sibling\n");
+  fs.Write("/proc/self/mountinfo", V2Mount("/", "/sys/fs/cgroup"));
+  fs.Write("/sys/fs/cgroup/cpu.max", "300000 100000\n");
+  fs.Write("/sibling/cpu.max", "100000 100000\n");  // outside the mount: must not be read
+  fs.Write("/sys/fs/sibling/cpu.max", "100000 100000\n");
+  absl::StatusOr<CpuBudget> b = ReadCpuBudget(fs.root(), 8, 8);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->cpus, 3);
+}
+
 // mountinfo writes a space in a path as \040.
 TEST(CpuBudgetTest, EscapedMountPoint) {
   FakeRoot fs;
