@@ -80,7 +80,9 @@ metrics_port="$(podman port "$name" 9464/tcp | head -1)"
 metrics_port="${metrics_port##*:}"
 [[ -n "$grpc_port" && -n "$metrics_port" ]] || fail "no published ports"
 log "container $name: gRPC on 127.0.0.1:$grpc_port, metrics on 127.0.0.1:$metrics_port"
-cli() { "${podman_run[@]}" --rm --no-healthcheck --network host "$image" decoded-cli --server "127.0.0.1:$grpc_port" "$@"; }
+cli() {
+  "${podman_run[@]}" --rm --no-healthcheck --network host "$image" decoded-cli --server "127.0.0.1:$grpc_port" "$@"
+}
 
 # 4. Health through the image's HEALTHCHECK, then through the published port.
 healthy=0
@@ -127,7 +129,8 @@ wait "$client" || true
 exit_code="$(podman inspect --format '{{.State.ExitCode}}' "$name")"
 podman logs "$name" 2>"$work/log.txt" >/dev/null
 [[ "$exit_code" == 0 ]] || { cat "$work/log.txt" >&2; fail "the container exited $exit_code after SIGTERM"; }
-awk -v s="$stop_seconds" -v g="$grace_seconds" 'BEGIN {exit !(s < g)}' || fail "stopping took ${stop_seconds} s (grace ${grace_seconds} s)"
+awk -v s="$stop_seconds" -v g="$grace_seconds" 'BEGIN {exit !(s < g)}' ||
+  fail "stopping took ${stop_seconds} s (grace ${grace_seconds} s)"
 grep -qE '^\[SHUTDOWN\] prompt [0-9]+ tok, generated [1-9][0-9]* tok' "$work/long.err" ||
   { cat "$work/long.err" "$work/log.txt" >&2; fail "the running turn got no final SHUTDOWN event"; }
 grep -q "draining" "$work/log.txt" || fail "the daemon did not drain"
