@@ -36,9 +36,9 @@ COPY client client
 # and later). The AVX-512 (VNNI) kernels need e.g. DECODED_MARCH=icelake-server.
 ARG DECODED_MARCH=x86-64-v3
 ARG JOBS=2
-# ccache in a cache mount survives between builds on one machine (BuildKit,
-# buildah >= 1.24); the layer cache alone would rebuild everything on any
-# source change.
+# ccache in a cache mount survives between builds on one machine (BuildKit;
+# buildah and podman 4 as in Debian 12); the layer cache alone would rebuild
+# everything on any source change.
 RUN --mount=type=cache,target=/ccache,id=decoded-ccache \
     export CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_MAXSIZE=2G \
  && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDECODED_MARCH="${DECODED_MARCH}" \
