@@ -9,8 +9,9 @@
 #      published ports, and checks the daemon read that quota from its cgroup;
 #   4. waits for health SERVING through the image's own HEALTHCHECK probe
 #      (`podman healthcheck run`), and through the published port;
-#   5. streams one turn through the published port with the image's
-#      decoded-cli and checks its final event;
+#   5. checks the DECODED_* variables reached the daemon (--info), streams one
+#      turn through the published port with the image's decoded-cli and checks
+#      its final event;
 #   6. scrapes /metrics from the container and checks the turn's tokens there;
 #   7. sends SIGTERM (`podman stop`, as a kubelet does) during a running turn
 #      and checks the turn ended with a final SHUTDOWN event and the container
@@ -69,8 +70,10 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+run_start=$SECONDS
 "${podman_run[@]}" -d --name "$name" --cpus 1 -p 127.0.0.1::50051 -p 127.0.0.1::9464 \
   -v "$model":/models/model.gguf:ro -e DECODED_DRAIN_SECONDS="$drain_seconds" -e DECODED_MAX_SESSIONS=4 \
+  -e DECODED_CONTEXT_LENGTH=1024 \
   "$image" >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "podman run"; }
 # (podman complains on stderr that without systemd it cannot schedule the
 # HEALTHCHECK; `podman healthcheck run` below runs it.)
@@ -97,7 +100,12 @@ done
 podman logs "$name" 2>"$work/log.txt" >/dev/null
 grep -q "decoded: 1 CPUs (CPU quota cgroup v[12] .* = 1.00 CPUs, rounded down to 1.*): --threads 1 per worker" \
   "$work/log.txt" || { cat "$work/log.txt" >&2; fail "the daemon did not take --threads from its 1-CPU quota"; }
-log "healthy after $((SECONDS - start - build_seconds)) s; $(grep -m1 'CPUs (' "$work/log.txt")"
+log "healthy $((SECONDS - run_start)) s after podman run; $(grep -m1 'CPUs (' "$work/log.txt")"
+
+# The DECODED_* variables reached the daemon's flags.
+cli --info >"$work/info.txt" || fail "decoded-cli --info"
+grep -q '^max_sessions: 4$' "$work/info.txt" && grep -q '^session_context_length: 1024$' "$work/info.txt" ||
+  { cat "$work/info.txt" >&2; fail "DECODED_MAX_SESSIONS / DECODED_CONTEXT_LENGTH not applied"; }
 
 # 5. One streamed turn.
 cli --prompt "The capital of France is" --max_new_tokens 16 >"$work/turn.out" 2>"$work/turn.err" ||
@@ -112,9 +120,9 @@ generated="$(awk '/^decoded_generated_tokens_total/ {s += $NF} END {print s + 0}
 ((generated >= 1)) || { grep '^decoded_' "$work/metrics.txt" >&2; fail "decoded_generated_tokens_total is $generated"; }
 log "/metrics: decoded_generated_tokens_total $generated"
 
-# 7. SIGTERM during a running turn: a 1500-token turn cannot finish within
+# 7. SIGTERM during a running turn: a 1000-token turn cannot finish within
 # the drain; it must end with a final SHUTDOWN event, the container exit 0.
-cli --prompt "Once upon a time" --max_new_tokens 1500 --ignore_eos >"$work/long.out" 2>"$work/long.err" &
+cli --prompt "Once upon a time" --max_new_tokens 1000 --ignore_eos >"$work/long.out" 2>"$work/long.err" &
 client=$!
 for _ in $(seq 300); do
   (($(wc -c <"$work/long.out") >= 40)) && break
