@@ -18,7 +18,7 @@
 #      exited 0 within the grace time.
 # Environment: DECODED_MODEL_PATH (the GGUF to mount; default: fetched),
 # DECODED_IMAGE (localhost/decoded:latest). Prints the build time, image size
-# and the time of the whole check.
+# and the time of the whole check. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -27,6 +27,9 @@ model="${DECODED_MODEL_PATH:-$(scripts/fetch_model.sh)}"
 readonly drain_seconds=3 grace_seconds=15
 log() { echo "test_image: $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
+
+# Rootful podman and debootstrap, as CI runs (root); elsewhere say how to skip.
+[[ $(id -u) -eq 0 ]] || fail "needs root (rootful podman, debootstrap); DECODED_SKIP_IMAGE=1 scripts/test.sh skips it"
 
 # 1. Tools (Debian's packages).
 missing=()
