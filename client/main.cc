@@ -5,19 +5,25 @@
 //   decoded-cli --prompt TEXT --eval_logprobs --top_logprobs 5   (JSON per token)
 //   decoded-cli --perplexity FILE            (JSON with the file's perplexity)
 //   decoded-cli --tokenize --prompt TEXT | decoded-cli --info
+//   decoded-cli --health                     (grpc.health.v1 Check: a probe for
+//                                             container HEALTHCHECKs and scripts)
 //
 // Exit status:
 //   0  success.
 //   1  the server refused or failed a request, or could not be reached (its
 //      status is printed to stderr); also a flag the flag parser rejects.
+//      With --health: anything but SERVING (NOT_SERVING, an unknown service,
+//      no answer within --health_timeout_seconds).
 //   2  bad input, refused before anything is sent: an unexpected argument,
 //      no mode given, an unreadable --perplexity file, or text that is not
 //      valid UTF-8 (--prompt, a --stop entry, the --perplexity file). Every
 //      string the protocol carries must be UTF-8 (proto/decoded.proto).
 // In --chat a line that is not UTF-8 is reported and skipped; the chat goes on.
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -34,6 +40,7 @@
 #include "absl/strings/str_format.h"
 #include "client/turn_stream.h"
 #include "engine/utf8_validation.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/decoded.grpc.pb.h"
@@ -46,6 +53,10 @@ ABSL_FLAG(bool, eval_logprobs, false, "print one JSON object per generated token
 ABSL_FLAG(std::string, perplexity, "", "print the perplexity of this text file");
 ABSL_FLAG(bool, tokenize, false, "print the token ids of --prompt");
 ABSL_FLAG(bool, info, false, "print the served model's facts");
+ABSL_FLAG(bool, health, false,
+          "grpc.health.v1 Check of --health_service: prints the status; exit 0 only on SERVING");
+ABSL_FLAG(std::string, health_service, "", "service name for --health (\"\": the whole server)");
+ABSL_FLAG(double, health_timeout_seconds, 5, "deadline of the --health call");
 ABSL_FLAG(int, max_new_tokens, 256, "tokens to generate per turn");
 ABSL_FLAG(float, temperature, 0.0f, "0 = greedy");
 ABSL_FLAG(int, top_k, 0, "0 = off");
@@ -160,9 +171,13 @@ absl::StatusOr<Input> ReadInput() {
   Input input;
   const bool has_mode = !absl::GetFlag(FLAGS_prompt).empty() || absl::GetFlag(FLAGS_chat) ||
                         !absl::GetFlag(FLAGS_perplexity).empty() || absl::GetFlag(FLAGS_tokenize) ||
-                        absl::GetFlag(FLAGS_info);
+                        absl::GetFlag(FLAGS_info) || absl::GetFlag(FLAGS_health);
   if (!has_mode) {
-    return absl::InvalidArgumentError("give --prompt TEXT, --chat, --perplexity FILE, --tokenize or --info");
+    return absl::InvalidArgumentError(
+        "give --prompt TEXT, --chat, --perplexity FILE, --tokenize, --info or --health");
+  }
+  if (absl::GetFlag(FLAGS_health) && !(absl::GetFlag(FLAGS_health_timeout_seconds) > 0)) {
+    return absl::InvalidArgumentError("--health_timeout_seconds must be > 0");
   }
   if (absl::Status s = CheckUtf8("--prompt", absl::GetFlag(FLAGS_prompt)); !s.ok()) return s;
   const std::vector<std::string> stops = absl::GetFlag(FLAGS_stop);
@@ -256,8 +271,34 @@ absl::Status RunPerplexity(Client& client, const std::string& path, const std::s
   return absl::OkStatus();
 }
 
+// grpc.health.v1 Check (https://github.com/grpc/grpc/blob/master/doc/health-checking.md):
+// prints the serving status; OK only for SERVING, UNAVAILABLE naming the
+// status otherwise (the call's own error, e.g. NOT_FOUND for an unknown
+// service or DEADLINE_EXCEEDED, passes through).
+absl::Status RunHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& token) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::microseconds(
+                       static_cast<int64_t>(absl::GetFlag(FLAGS_health_timeout_seconds) * 1e6)));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(absl::GetFlag(FLAGS_health_service));
+  grpc::health::v1::HealthCheckResponse response;
+  if (absl::Status s = FromGrpc(stub->Check(&ctx, request, &response)); !s.ok()) return s;
+  const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+  std::cout << name << "\n";
+  if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError("health status " + name);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Main(const Input& input) {
-  Client client(grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials()));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  if (absl::GetFlag(FLAGS_health)) return RunHealth(channel, absl::GetFlag(FLAGS_auth_token));
+  Client client(channel);
   if (absl::GetFlag(FLAGS_info)) {
     absl::StatusOr<v1::ModelInfo> info = client.Info();
     if (!info.ok()) return info.status();

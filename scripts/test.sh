@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, and runs every test
 # twice: the Release build, then an AddressSanitizer + UndefinedBehaviorSanitizer
-# build. The real model is required (DECODED_REQUIRE_MODEL=1): a missing model
-# fails instead of skipping.
+# build; between them, the deployment (Kubernetes manifests, container image).
+# The real model is required (DECODED_REQUIRE_MODEL=1): a missing model fails
+# instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -32,6 +33,14 @@ BUILD_DIR=build scripts/build.sh -DDECODED_SANITIZE=OFF
 ctest --test-dir build --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900
 # Prometheus rules, Grafana dashboard and console against the daemon just built.
 BUILD_DIR=build scripts/test_monitoring.sh
+
+# The deployment (docs/deploy.md): the Kubernetes manifests rendered and
+# validated offline, then the container image built (cached between runs) and
+# run on the real model: health, one streamed turn, /metrics, SIGTERM drain.
+scripts/test_k8s.sh
+if [[ "${DECODED_SKIP_IMAGE:-0}" != 1 ]]; then
+  scripts/test_image.sh
+fi
 
 if [[ "${DECODED_SKIP_SANITIZERS:-0}" != 1 ]]; then
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DDECODED_SANITIZE=ON -DDECODED_BUILD_BENCH=OFF

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
+#include "server/cpu_budget.h"
 #include "server/server.h"
 
 namespace {
@@ -42,7 +44,9 @@ ABSL_FLAG(std::string, model, DefaultModelPath(), "GGUF model file");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address (host:port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; empty disables");
 ABSL_FLAG(int, workers, 1, "worker threads stepping sessions");
-ABSL_FLAG(int, threads, 1, "compute threads per worker");
+ABSL_FLAG(int, threads, 0,
+          "compute threads per worker; 0: the CPUs this process may use (cgroup CPU quota, affinity mask) "
+          "divided among --workers, at least 1");
 ABSL_FLAG(int, max_sessions, 16, "open sessions beyond which streams get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, context_length, 2048, "KV capacity of one session, in tokens");
@@ -79,11 +83,26 @@ int main(int argc, char** argv) {
     std::cerr << "decoded: --drain_seconds must be >= 0 and --stuck_step_seconds > 0\n";
     return 1;
   }
-  const unsigned cores = std::thread::hardware_concurrency();
-  const long compute_threads = static_cast<long>(absl::GetFlag(FLAGS_workers)) * absl::GetFlag(FLAGS_threads);
-  if (cores > 0 && compute_threads > static_cast<long>(cores)) {
-    std::cerr << "decoded: warning: --workers x --threads = " << compute_threads << " compute threads on " << cores
-              << " cores; oversubscribed compute teams run far slower than one thread per core\n";
+  if (absl::GetFlag(FLAGS_workers) < 1 || absl::GetFlag(FLAGS_threads) < 0) {
+    std::cerr << "decoded: --workers must be >= 1 and --threads >= 0 (0: from the CPU budget)\n";
+    return 1;
+  }
+  // The CPUs a container may use are its cgroup quota, not the host's cores.
+  const decoded::server::CpuBudget budget = decoded::server::DetectCpuBudget();
+  const int workers = absl::GetFlag(FLAGS_workers);
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads == 0) {
+    threads = std::max(1, budget.cpus / workers);
+    std::cerr << "decoded: " << budget.cpus << " CPUs (" << budget.explanation << "): --threads " << threads
+              << " per worker, " << workers << (workers == 1 ? " worker\n" : " workers\n");
+  } else {
+    std::cerr << "decoded: " << budget.cpus << " CPUs (" << budget.explanation << "); --threads " << threads
+              << " as given, " << workers << (workers == 1 ? " worker\n" : " workers\n");
+  }
+  const long compute_threads = static_cast<long>(workers) * threads;
+  if (compute_threads > budget.cpus) {
+    std::cerr << "decoded: warning: --workers x --threads = " << compute_threads << " compute threads on "
+              << budget.cpus << " CPUs; oversubscribed compute teams run far slower than one thread per CPU\n";
   }
 
   // Block the drain signals in every thread; a dedicated thread waits for
@@ -133,8 +152,8 @@ int main(int argc, char** argv) {
 
   decoded::serving::EngineOptions engine_options;
   engine_options.model_path = absl::GetFlag(FLAGS_model);
-  engine_options.workers = absl::GetFlag(FLAGS_workers);
-  engine_options.threads_per_worker = absl::GetFlag(FLAGS_threads);
+  engine_options.workers = workers;
+  engine_options.threads_per_worker = threads;
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);

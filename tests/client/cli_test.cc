@@ -1,6 +1,8 @@
 // decoded-cli refuses text that is not UTF-8 before sending it. Runs the
 // built binary with arguments passed as raw bytes (no shell quoting) against
-// an address where no server listens.
+// an address where no server listens. Its --health probe runs against gRPC's
+// own default grpc.health.v1 service (not the daemon's), so the probe is
+// checked against an independent server of the protocol.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -8,11 +10,16 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
+#include "proto/decoded.grpc.pb.h"
 
 extern char** environ;
 
@@ -24,10 +31,11 @@ constexpr char kNoServer[] = "--server=127.0.0.1:1";
 
 struct CliRun {
   int exit_status = -1;
+  std::string out;  // stdout
   std::string err;  // stderr
 };
 
-// Runs decoded-cli with `args`, feeding `input` on stdin; stdout is discarded.
+// Runs decoded-cli with `args`, feeding `input` on stdin.
 CliRun RunCli(const std::vector<std::string>& args, const std::string& input = "") {
   int in_pipe[2], err_pipe[2];
   EXPECT_EQ(pipe(in_pipe), 0);
@@ -36,7 +44,10 @@ CliRun RunCli(const std::vector<std::string>& args, const std::string& input = "
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  static int runs = 0;
+  const std::string out_path =
+      ::testing::TempDir() + "cli_test_out_" + std::to_string(getpid()) + "_" + std::to_string(++runs);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addclose(&actions, in_pipe[1]);
   posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
   std::vector<std::string> argv_strings = {DECODED_CLI_PATH};
@@ -67,6 +78,9 @@ CliRun RunCli(const std::vector<std::string>& args, const std::string& input = "
   int status = 0;
   waitpid(pid, &status, 0);
   run.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream out(out_path, std::ios::binary);
+  run.out.assign(std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>());
+  std::remove(out_path.c_str());
   return run;
 }
 
@@ -130,6 +144,76 @@ TEST(CliTest, NoModeIsBadInput) {
   const CliRun run = RunCli({kNoServer});
   EXPECT_EQ(run.exit_status, 2);
   EXPECT_TRUE(absl::StrContains(run.err, "give --prompt TEXT")) << run.err;
+}
+
+// gRPC's default health service beside an unimplemented (synchronous)
+// decoded.v1.Decoder, on a port of its own; the default service needs a
+// synchronous service's polled completion queue.
+class HealthServer {
+ public:
+  HealthServer() {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&decoder_);
+    server_ = builder.BuildAndStart();
+  }
+  ~HealthServer() { server_->Shutdown(); }
+  // The default service answers SERVING for "" until told otherwise.
+  void SetServing(bool serving) { server_->GetHealthCheckService()->SetServingStatus(serving); }
+  void SetServing(const std::string& service, bool serving) {
+    server_->GetHealthCheckService()->SetServingStatus(service, serving);
+  }
+  std::string Address() const { return "--server=127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  v1::Decoder::Service decoder_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST(CliHealthTest, ServingExits0AndPrintsTheStatus) {
+  HealthServer server;
+  server.SetServing(true);
+  const CliRun run = RunCli({server.Address(), "--health"});
+  EXPECT_EQ(run.exit_status, 0) << run.err;
+  EXPECT_EQ(run.out, "SERVING\n");
+}
+
+TEST(CliHealthTest, NotServingExits1) {
+  HealthServer server;
+  server.SetServing(false);
+  const CliRun run = RunCli({server.Address(), "--health"});
+  EXPECT_EQ(run.exit_status, 1);
+  EXPECT_EQ(run.out, "NOT_SERVING\n");
+  EXPECT_TRUE(absl::StrContains(run.err, "health status NOT_SERVING")) << run.err;
+}
+
+TEST(CliHealthTest, NamedServiceIsChecked) {
+  HealthServer server;
+  server.SetServing("decoded.v1.Decoder", true);
+  const CliRun serving = RunCli({server.Address(), "--health", "--health_service=decoded.v1.Decoder"});
+  EXPECT_EQ(serving.exit_status, 0) << serving.err;
+  EXPECT_EQ(serving.out, "SERVING\n");
+  // A service the server does not know: the call's NOT_FOUND, exit 1.
+  const CliRun unknown = RunCli({server.Address(), "--health", "--health_service=no.Such"});
+  EXPECT_EQ(unknown.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "NOT_FOUND")) << unknown.err;
+  EXPECT_EQ(unknown.out, "");
+}
+
+TEST(CliHealthTest, UnreachableServerExits1) {
+  const CliRun run = RunCli({kNoServer, "--health", "--health_timeout_seconds=2"});
+  EXPECT_EQ(run.exit_status, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_TRUE(absl::StrContains(run.err, "UNAVAILABLE") || absl::StrContains(run.err, "DEADLINE_EXCEEDED"))
+      << run.err;
+}
+
+TEST(CliHealthTest, NonPositiveTimeoutIsBadInput) {
+  const CliRun run = RunCli({kNoServer, "--health", "--health_timeout_seconds=0"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, "--health_timeout_seconds must be > 0")) << run.err;
 }
 
 }  // namespace

@@ -1,0 +1,60 @@
+#!/bin/bash
+# The image's entrypoint. Without arguments, or with flags only, it runs the
+# daemon with flags from the environment (unset: the daemon's own default):
+#   DECODED_MODEL           --model            (/models/model.gguf)
+#   DECODED_LISTEN          --listen           (0.0.0.0:50051)
+#   DECODED_METRICS_LISTEN  --metrics_listen   (0.0.0.0:9464; set it empty to turn /metrics off)
+#   DECODED_WORKERS         --workers
+#   DECODED_THREADS         --threads          (unset: the container's CPU quota / workers)
+#   DECODED_MAX_SESSIONS    --max_sessions
+#   DECODED_CONTEXT_LENGTH  --context_length
+#   DECODED_KV_BUDGET_MB    --kv_budget_mb
+#   DECODED_DRAIN_SECONDS   --drain_seconds
+# Arguments are appended (a flag given twice: the last one counts).
+# Other commands:
+#   fetch-model [NAME]      fetches a model (gemma3, smollm2, qwen2) into
+#                           DECODED_MODEL's folder and points DECODED_MODEL at it
+#   decoded-cli ARGS...     the client (e.g. decoded-cli --health)
+#   decoded ARGS...         the daemon with exactly ARGS (no environment flags)
+# The daemon is exec'ed, so it is PID 1 and gets the runtime's SIGTERM itself.
+set -euo pipefail
+
+case "${1:-}" in
+  fetch-model) shift; exec /usr/local/lib/decoded/fetch-model "$@" ;;
+  decoded-cli) shift; exec /usr/local/bin/decoded-cli "$@" ;;
+  decoded) shift; exec /usr/local/bin/decoded "$@" ;;
+  "" | -*) ;;
+  *)
+    echo "decoded-entrypoint: unknown command '$1' (fetch-model, decoded-cli, decoded, or daemon flags)" >&2
+    exit 2
+    ;;
+esac
+
+# The image is built for x86-64-v3 (AVX2, FMA, F16C, BMI2; see the Dockerfile):
+# say so instead of dying of SIGILL on an older CPU.
+if [[ -r /proc/cpuinfo ]]; then
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  for f in ${DECODED_REQUIRED_CPU_FLAGS:-}; do
+    if [[ "$flags" != *" $f "* ]]; then
+      echo "decoded-entrypoint: this CPU lacks '$f', which this image's build needs" \
+        "(required: ${DECODED_REQUIRED_CPU_FLAGS}); build the image with --build-arg DECODED_MARCH=..." >&2
+      exit 1
+    fi
+  done
+fi
+
+args=(
+  "--model=${DECODED_MODEL:-/models/model.gguf}"
+  "--listen=${DECODED_LISTEN:-0.0.0.0:50051}"
+  "--metrics_listen=${DECODED_METRICS_LISTEN-0.0.0.0:9464}"
+)
+add() {  # add FLAG VARIABLE: --FLAG=$VARIABLE when the variable is set and not empty
+  if [[ -n "${!2:-}" ]]; then args+=("--$1=${!2}"); fi
+}
+add workers DECODED_WORKERS
+add threads DECODED_THREADS
+add max_sessions DECODED_MAX_SESSIONS
+add context_length DECODED_CONTEXT_LENGTH
+add kv_budget_mb DECODED_KV_BUDGET_MB
+add drain_seconds DECODED_DRAIN_SECONDS
+exec /usr/local/bin/decoded "${args[@]}" "$@"
