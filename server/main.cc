@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/cpu_isa.h"
 #include "engine/serving/engine.h"
 #include "server/server.h"
 
@@ -79,6 +80,19 @@ int main(int argc, char** argv) {
     std::cerr << "decoded: --drain_seconds must be >= 0 and --stuck_step_seconds > 0\n";
     return 1;
   }
+  // The kernels' instruction-set tier, before anything runs a kernel: a bad
+  // DECODED_CPU_ISA is a startup error, and the log names what runs.
+  if (absl::Status isa = decoded::InitCpuIsaFromEnvironment(); !isa.ok()) {
+    std::cerr << "decoded: " << isa << "\n";
+    return 1;
+  }
+  const decoded::CpuIsa isa = decoded::ActiveCpuIsa();
+  std::cerr << "decoded: CPU kernels " << decoded::CpuIsaName(isa);
+  if (isa != decoded::BestSupportedCpuIsa()) {
+    std::cerr << " (" << decoded::kCpuIsaEnv << "; this CPU supports "
+              << decoded::CpuIsaName(decoded::BestSupportedCpuIsa()) << ")";
+  }
+  std::cerr << "\n";
   const unsigned cores = std::thread::hardware_concurrency();
   const long compute_threads = static_cast<long>(absl::GetFlag(FLAGS_workers)) * absl::GetFlag(FLAGS_threads);
   if (cores > 0 && compute_threads > static_cast<long>(cores)) {
