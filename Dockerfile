@@ -30,18 +30,17 @@ COPY engine engine
 COPY models models
 COPY server server
 COPY client client
-# Kernels are picked at compile time, not at run time (engine/quant/kernels.h),
-# so the image names a portable ISA instead of the build machine's
-# (-march=native): x86-64-v3 = AVX2, FMA, F16C, BMI2 (Intel Haswell, AMD Zen
-# and later). The AVX-512 (VNNI) kernels need e.g. DECODED_MARCH=icelake-server.
-ARG DECODED_MARCH=x86-64-v3
+# Nothing machine-specific: the default build is baseline x86-64 with the
+# kernels compiled once per instruction-set tier (AVX-512 VNNI, AVX2, scalar)
+# and chosen at run time from CPUID (engine/cpu_isa.h), so the image runs on
+# any x86-64 host and uses AVX-512 where the host has it.
 ARG JOBS=2
 # ccache in a cache mount survives between builds on one machine (BuildKit;
 # buildah and podman 4 as in Debian 12); the layer cache alone would rebuild
 # everything on any source change.
 RUN --mount=type=cache,target=/ccache,id=decoded-ccache \
     export CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_MAXSIZE=2G \
- && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDECODED_MARCH="${DECODED_MARCH}" \
+ && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DDECODED_BUILD_TESTS=OFF -DDECODED_BUILD_BENCH=OFF \
  && cmake --build build -j "${JOBS}" --target decoded decoded-cli \
  && { ccache --show-stats || true; } \
@@ -74,20 +73,12 @@ COPY deploy/image/entrypoint.sh /usr/local/bin/decoded-entrypoint
 COPY deploy/image/healthcheck.sh /usr/local/lib/decoded/healthcheck
 COPY deploy/image/fetch-model.sh /usr/local/lib/decoded/fetch-model
 RUN ! ldd /usr/local/bin/decoded /usr/local/bin/decoded-cli | grep "not found"
-ARG DECODED_MARCH=x86-64-v3
-# The CPU flags (/proc/cpuinfo names) that DECODED_MARCH's code needs; the
-# entrypoint refuses to start without them. These are x86-64-v3's; give the
-# list of another DECODED_MARCH with it (e.g. add avx512f avx512bw avx512vl
-# avx512_vnni for icelake-server), or "" to skip the check.
-ARG DECODED_CPU_FLAGS="avx avx2 bmi1 bmi2 f16c fma abm movbe xsave"
-ENV DECODED_REQUIRED_CPU_FLAGS="${DECODED_CPU_FLAGS}" \
-    DECODED_MODEL=/models/model.gguf \
+ENV DECODED_MODEL=/models/model.gguf \
     DECODED_LISTEN=0.0.0.0:50051 \
     DECODED_METRICS_LISTEN=0.0.0.0:9464 \
     LANG=C.UTF-8
 LABEL org.opencontainers.image.title="decoded" \
-      org.opencontainers.image.description="LLM decode-serving daemon (gRPC) and decoded-cli" \
-      io.decoded.march="${DECODED_MARCH}"
+      org.opencontainers.image.description="LLM decode-serving daemon (gRPC) and decoded-cli"
 USER 10001:10001
 EXPOSE 50051 9464
 # grpc.health.v1 through decoded-cli --health; loading and warming the model

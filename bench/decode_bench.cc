@@ -4,8 +4,10 @@
 //   prefill tok/s   D1 over a prompt of --prompt_tokens, in kMaxPrefillChunk chunks
 //   decode tok/s    D2 (held plan, rebind per token) over --decode_tokens
 //   D1 step time    the same decode steps rebuilding the graph every token
-// and counts heap allocations per rebind step. Prints one JSON object; the
-// driver script bench/run_bench.py compares it with llama.cpp in the same run.
+// and counts heap allocations per rebind step. Prints one JSON object, naming
+// the kernels' instruction-set tier ("cpu_isa": the best this CPU supports,
+// or DECODED_CPU_ISA's); the driver script bench/run_bench.py compares it
+// with llama.cpp in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "engine/cpu/cpu_executor.h"
+#include "engine/cpu_isa.h"
 #include "engine/decode_driver.h"
 #include "engine/model_registry.h"
 #include "engine/runtime.h"
@@ -34,6 +37,10 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 int Run() {
+  if (absl::Status isa = InitCpuIsaFromEnvironment(); !isa.ok()) {
+    std::fprintf(stderr, "%s\n", isa.ToString().c_str());
+    return 1;
+  }
   const std::string path = absl::GetFlag(FLAGS_model);
   auto file = GgufFile::Open(path);
   if (!file.ok()) {
@@ -100,10 +107,10 @@ int Run() {
   const double d2_step = best_decode / n_decode;
   const double d1_step = best_d1 / n_d1;
   std::printf(
-      "{\"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
+      "{\"cpu_isa\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
       "\"decode_tok_s\": %.2f, \"d2_step_ms\": %.4f, \"d1_step_ms\": %.4f, \"d2_over_d1_speedup\": %.3f, "
       "\"heap_allocations_per_rebind_step\": %lld}\n",
-      threads, n_prompt, n_decode, n_prompt / best_prefill, n_decode / best_decode, d2_step * 1e3, d1_step * 1e3,
+      CpuIsaName(ActiveCpuIsa()), threads, n_prompt, n_decode, n_prompt / best_prefill, n_decode / best_decode, d2_step * 1e3, d1_step * 1e3,
       d1_step / d2_step, static_cast<long long>(allocs_per_step));
   return 0;
 }

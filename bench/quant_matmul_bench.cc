@@ -1,6 +1,8 @@
 // quant_matmul_bench: single-thread throughput of the quant.h mat-vec kernels
 // per weight type, in weight bytes streamed per second (GB/s) and elements
-// per second, for the kernel variant this build compiled (KernelVariant()).
+// per second, for every instruction-set tier this CPU supports (the last
+// part of each name: avx512vnni, avx2, scalar; engine/cpu_isa.h), or only
+// DECODED_CPU_ISA's when it is set.
 //
 // Each case multiplies a weight matrix of about `size` bytes (rows of k =
 // 4096 elements) by m activation rows already converted to the type's
@@ -11,10 +13,11 @@
 //          cache holds its weights (SmolLM2-135M Q4_1 is 98 MB);
 //   dram   ~512 MiB, m = 1: a decode step's weight stream from memory.
 //
-//   build/bench/quant_matmul_bench [--benchmark_filter=dram]
+//   build/bench/quant_matmul_bench [--benchmark_filter='dram/.*avx512vnni']
 //       [--benchmark_repetitions=3 --benchmark_enable_random_interleaving]
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "engine/cpu_isa.h"
 #include "engine/dtype.h"
 #include "engine/quant/quant.h"
 
@@ -98,7 +102,11 @@ Problem& CachedProblem(DType t, size_t target_bytes, int64_t m) {
   return *problem;
 }
 
-void BM_MatMul(benchmark::State& state, DType t, size_t target_bytes) {
+void BM_MatMul(benchmark::State& state, DType t, size_t target_bytes, CpuIsa isa) {
+  if (absl::Status s = SetActiveCpuIsa(isa); !s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
   const int64_t m = state.range(0);
   Problem& p = CachedProblem(t, target_bytes, m);
   for (auto _ : state) {
@@ -115,22 +123,36 @@ const DType kTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
                         DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 int Register() {
+  // DECODED_CPU_ISA narrows the run to one tier; a bad value is reported by
+  // the first benchmark (SetActiveCpuIsa refuses a tier the CPU lacks).
+  std::vector<CpuIsa> tiers;
+  const char* only = std::getenv(kCpuIsaEnv);
+  if (only != nullptr && *only != '\0') {
+    absl::StatusOr<CpuIsa> isa = ParseCpuIsa(only);
+    tiers.push_back(isa.ok() ? *isa : CpuIsa::kScalar);
+  } else {
+    for (CpuIsa isa : kCpuIsas) {
+      if (CpuSupports(isa)) tiers.push_back(isa);
+    }
+  }
   for (DType t : kTypes) {
-    const std::string name = DTypeName(t);
-    benchmark::RegisterBenchmark(("l2/" + name).c_str(), BM_MatMul, t, size_t{1} << 20)
-        ->Arg(1)
-        ->Arg(8)
-        ->ArgName("m")
-        ->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark(("l3/" + name).c_str(), BM_MatMul, t, size_t{64} << 20)
-        ->Arg(1)
-        ->ArgName("m")
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("dram/" + name).c_str(), BM_MatMul, t, size_t{512} << 20)
-        ->Arg(1)
-        ->ArgName("m")
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(1.0);
+    for (CpuIsa isa : tiers) {
+      const std::string name = std::string(DTypeName(t)) + "/" + CpuIsaName(isa);
+      benchmark::RegisterBenchmark(("l2/" + name).c_str(), BM_MatMul, t, size_t{1} << 20, isa)
+          ->Arg(1)
+          ->Arg(8)
+          ->ArgName("m")
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("l3/" + name).c_str(), BM_MatMul, t, size_t{64} << 20, isa)
+          ->Arg(1)
+          ->ArgName("m")
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("dram/" + name).c_str(), BM_MatMul, t, size_t{512} << 20, isa)
+          ->Arg(1)
+          ->ArgName("m")
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(1.0);
+    }
   }
   return 0;
 }

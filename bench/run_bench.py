@@ -147,7 +147,7 @@ def main():
                "prefill_ratio_vs_llama_cpp": round(o["prefill_tok_s"] / l["prefill_tok_s"], 3),
                "decode_fraction_of_1thread_bandwidth_limit": round(o["decode_tok_s"] / limit_1t, 3)}
         report["runs"].append(run)
-        print(f"threads={t}: decode {o['decode_tok_s']:.1f} tok/s vs llama.cpp {l['decode_tok_s']:.1f} "
+        print(f"threads={t}, {o.get('cpu_isa', '?')} kernels: decode {o['decode_tok_s']:.1f} tok/s vs llama.cpp {l['decode_tok_s']:.1f} "
               f"(x{run['decode_ratio_vs_llama_cpp']}), prefill {o['prefill_tok_s']:.0f} vs {l['prefill_tok_s']:.0f} "
               f"(x{run['prefill_ratio_vs_llama_cpp']}), D2 step {o['d2_step_ms']:.2f} ms vs D1 {o['d1_step_ms']:.2f} ms "
               f"(x{o['d2_over_d1_speedup']:.2f}), allocs/rebind {o['heap_allocations_per_rebind_step']}, "

@@ -21,3 +21,8 @@ target_include_directories(decoded_core PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(decoded_core PUBLIC decoded_base decoded_gguf decoded_quant
   absl::status absl::statusor absl::strings absl::span absl::synchronization absl::flat_hash_map
   absl::node_hash_map absl::hash absl::function_ref Threads::Threads)
+# The f32 op kernels, once per instruction-set tier (cmake/DecodedIsa.cmake);
+# cpu/kernels.cc forwards to the tier selected at run time.
+decoded_add_isa_objects(decoded_core
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu/kernels_isa.cc
+  LIBRARIES decoded_base absl::function_ref)

@@ -123,6 +123,7 @@ grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerConte
         resp->set_sliding_window(info.sliding_window);
         resp->set_weight_dtype(info.weight_dtype);
         resp->set_device(info.device);
+        resp->set_cpu_isa(info.cpu_isa);
         resp->set_session_context_length(info.session_context_length);
         resp->set_max_sessions(info.max_sessions);
         resp->set_bos_id(info.bos_id);

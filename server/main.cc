@@ -27,6 +27,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/cpu_isa.h"
 #include "engine/serving/engine.h"
 #include "server/cpu_budget.h"
 #include "server/server.h"
@@ -83,6 +84,19 @@ int main(int argc, char** argv) {
     std::cerr << "decoded: --drain_seconds must be >= 0 and --stuck_step_seconds > 0\n";
     return 1;
   }
+  // The kernels' instruction-set tier, before anything runs a kernel: a bad
+  // DECODED_CPU_ISA is a startup error, and the log names what runs.
+  if (absl::Status isa = decoded::InitCpuIsaFromEnvironment(); !isa.ok()) {
+    std::cerr << "decoded: " << isa << "\n";
+    return 1;
+  }
+  const decoded::CpuIsa isa = decoded::ActiveCpuIsa();
+  std::cerr << "decoded: CPU kernels " << decoded::CpuIsaName(isa);
+  if (isa != decoded::BestSupportedCpuIsa()) {
+    std::cerr << " (" << decoded::kCpuIsaEnv << "; this CPU supports "
+              << decoded::CpuIsaName(decoded::BestSupportedCpuIsa()) << ")";
+  }
+  std::cerr << "\n";
   if (absl::GetFlag(FLAGS_workers) < 1 || absl::GetFlag(FLAGS_threads) < 0) {
     std::cerr << "decoded: --workers must be >= 1 and --threads >= 0 (0: from the CPU budget)\n";
     return 1;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cpu_isa.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 
@@ -82,6 +83,14 @@ ServerMetrics::ServerMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       engine_(std::make_shared<std::atomic<const serving::Engine*>>(nullptr)) {
   engine_collectable_ = std::make_shared<EngineCollectable>(engine_);
+  // An info metric (value 1): dashboards and benchmark figures can name the
+  // kernels the process runs, which the CPU decides at startup.
+  BuildGauge()
+      .Name("decoded_cpu_isa_info")
+      .Help("Instruction-set tier of the CPU kernels (label cpu_isa: avx512vnni, avx2 or scalar).")
+      .Register(*registry_)
+      .Add({{"cpu_isa", CpuIsaName(ActiveCpuIsa())}})
+      .Set(1);
   sessions_active_ =
       &BuildGauge().Name("decoded_sessions_active").Help("Open Generate streams.").Register(*registry_).Add({});
   health_serving_ = &BuildGauge()

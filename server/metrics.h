@@ -1,7 +1,7 @@
 // Prometheus metrics of the daemon (DESIGN.md section 4).
 //
 // Naming: no colons, base units (seconds, bytes), `_total` for counters,
-// labels of small fixed sets only (outcome, phase). Families owned by the
+// labels of small fixed sets only (outcome, phase, cpu_isa). Families owned by the
 // registry are updated by the server as events happen; the engine's own
 // counters and gauges (plan builds, rebinds, bound nodes, KV bytes and
 // budget, busy and configured workers, queued turns) are read from

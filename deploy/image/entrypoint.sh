@@ -30,19 +30,6 @@ case "${1:-}" in
     ;;
 esac
 
-# The image is built for x86-64-v3 (AVX2, FMA, F16C, BMI2; see the Dockerfile):
-# say so instead of dying of SIGILL on an older CPU.
-if [[ -r /proc/cpuinfo ]]; then
-  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
-  for f in ${DECODED_REQUIRED_CPU_FLAGS:-}; do
-    if [[ "$flags" != *" $f "* ]]; then
-      echo "decoded-entrypoint: this CPU lacks '$f', which this image's build needs" \
-        "(required: ${DECODED_REQUIRED_CPU_FLAGS}); build the image with --build-arg DECODED_MARCH=..." >&2
-      exit 1
-    fi
-  done
-fi
-
 args=(
   "--model=${DECODED_MODEL:-/models/model.gguf}"
   "--listen=${DECODED_LISTEN:-0.0.0.0:50051}"

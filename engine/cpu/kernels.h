@@ -1,7 +1,9 @@
 // f32 CPU kernels of the graph ops other than matmul (engine/quant does the
 // quantized dot products). Each kernel computes the share [ith of nth] of its
 // output; every output element is computed by exactly one thread with a fixed
-// summation order, so results do not depend on the thread count.
+// summation order, so results do not depend on the thread count. Each call
+// runs the copy compiled for the process's instruction-set tier
+// (engine/cpu_isa.h; kernels_isa.cc).
 #ifndef DECODED_ENGINE_CPU_KERNELS_H_
 #define DECODED_ENGINE_CPU_KERNELS_H_
 
@@ -11,15 +13,20 @@
 #include "absl/functional/function_ref.h"
 #include "engine/dtype.h"
 #include "engine/moe_routing.h"
+#include "engine/isa_namespace.h"
 
 namespace decoded::cpu {
 
+// Share is compiled into every tier's kernels and into baseline code: one
+// symbol per tier (engine/isa_namespace.h).
+inline namespace DECODED_ISA_NS {
 // Contiguous share [begin, end) of `n` items for thread ith of nth.
 inline void Share(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {
   const int64_t per = (n + nth - 1) / nth;
   *begin = per * ith < n ? per * ith : n;
   *end = *begin + per < n ? *begin + per : n;
 }
+}  // inline namespace DECODED_ISA_NS
 
 float DotF32(const float* a, const float* b, int64_t n);
 

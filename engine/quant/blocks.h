@@ -29,9 +29,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "engine/isa_namespace.h"
 #include "engine/quant/x86.h"
 
 namespace decoded::quant::internal {
+
+inline namespace DECODED_ISA_NS {}
 
 inline constexpr int kQK = 32;    // elements per Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 block
 inline constexpr int kQKK = 256;  // elements per K-quant super-block
@@ -95,6 +98,10 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// The helpers below are compiled into every tier's kernels and into baseline
+// code: one symbol per tier (engine/isa_namespace.h).
+inline namespace DECODED_ISA_NS {
+
 // Blocks are not naturally aligned inside a row (18/20/22/24/34-byte records), so
 // multi-byte fields are read with memcpy.
 inline uint32_t LoadU32(const void* p) {
@@ -150,6 +157,36 @@ inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
     *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
 }
+
+// binary32 -> binary16, round to nearest even, overflow to inf, NaN to a
+// quiet NaN (F16C's vcvtps2ph with imm 0, where the tier has F16C).
+inline uint16_t FloatToHalf(float f) {
+#if defined(__F16C__)
+  return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7FFFFFFFu;
+  if (x >= 0x7F800000u) return sign | 0x7C00u | (x > 0x7F800000u ? 0x200u : 0u);
+  if (x >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 rounds to inf
+  if (x < 0x38800000u) {
+    // |f| < 2^-14: adding 0.5 puts the half-subnormal ulp (2^-24) at the
+    // float ulp of 0.5, so the FPU's RNE does the rounding.
+    float a;
+    std::memcpy(&a, &x, 4);
+    a += 0.5f;
+    uint32_t ab;
+    std::memcpy(&ab, &a, 4);
+    return sign | static_cast<uint16_t>(ab - 0x3F000000u);
+  }
+  const uint32_t odd = (x >> 13) & 1u;
+  x += 0xC8000FFFu + odd;  // rebias exponent 127 -> 15 and round half to even
+  return sign | static_cast<uint16_t>(x >> 13);
+#endif
+}
+
+}  // inline namespace DECODED_ISA_NS
 
 }  // namespace decoded::quant::internal
 

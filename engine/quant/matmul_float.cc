@@ -9,7 +9,7 @@
 #include "engine/quant/x86.h"
 #include "engine/quant/quant.h"
 
-namespace decoded::quant::internal {
+namespace decoded::quant::internal::DECODED_ISA_NS {
 namespace {
 
 struct F32W {
@@ -106,4 +106,4 @@ void MatMulF32(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<F32W>(w, w_row_bytes, k, 
 void MatMulF16(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<F16W>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 void MatMulBF16(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<BF16W>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 
-}  // namespace decoded::quant::internal
+}  // namespace decoded::quant::internal::DECODED_ISA_NS

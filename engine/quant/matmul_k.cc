@@ -18,7 +18,7 @@
 #include "engine/quant/kernels.h"
 #include "engine/quant/x86.h"
 
-namespace decoded::quant::internal {
+namespace decoded::quant::internal::DECODED_ISA_NS {
 namespace {
 
 // sc[0..7] and m[0..7] of a Q4_K/Q5_K block, as two 8-byte arrays: bytes
@@ -326,4 +326,4 @@ void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<false>, DotQ45KM
 void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<true>, DotQ45KMulti<true, kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ6K, DotQ6KMulti<kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 
-}  // namespace decoded::quant::internal
+}  // namespace decoded::quant::internal::DECODED_ISA_NS

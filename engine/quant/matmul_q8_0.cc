@@ -26,7 +26,7 @@
 #include "engine/quant/kernels.h"
 #include "engine/quant/x86.h"
 
-namespace decoded::quant::internal {
+namespace decoded::quant::internal::DECODED_ISA_NS {
 namespace {
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -429,14 +429,4 @@ void MatMulQ5_0(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q5_0Kernel>(w, w_row_byt
 void MatMulQ5_1(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q5_1Kernel>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 void MatMulQ8_0(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<Q8_0Kernel>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 
-const char* KernelVariant() {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-  return "avx512vnni";
-#elif defined(__AVX2__)
-  return "avx2";
-#else
-  return "scalar";
-#endif
-}
-
-}  // namespace decoded::quant::internal
+}  // namespace decoded::quant::internal::DECODED_ISA_NS

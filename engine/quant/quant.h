@@ -24,7 +24,7 @@
 
 namespace decoded::quant {
 
-// True if MatMul/DequantizeRow support weight type `t` on this build.
+// True if MatMul/DequantizeRow support weight type `t` (on every tier).
 bool IsSupportedWeightType(DType t);
 
 // Type activations are converted to before multiplying with weights of type `t`.
@@ -62,8 +62,9 @@ float BF16ToF32(uint16_t h);
 // f32 -> bf16 rounding to nearest even; NaN stays a (quiet) NaN.
 uint16_t F32ToBF16(float f);
 
-// Instruction-set variant this build's kernels were compiled for:
-// "avx512vnni", "avx2" or "scalar" (fixed at compile time by -march).
+// Instruction-set tier the kernels run on in this process: "avx512vnni",
+// "avx2" or "scalar" (CpuIsaName(ActiveCpuIsa()); engine/cpu_isa.h selects
+// it at run time from the CPU, or DECODED_CPU_ISA).
 const char* KernelVariant();
 
 }  // namespace decoded::quant

@@ -15,7 +15,7 @@
 #include "engine/quant/x86.h"
 #include "engine/quant/quant.h"
 
-namespace decoded::quant::internal {
+namespace decoded::quant::internal::DECODED_ISA_NS {
 namespace {
 
 // ggml's nearest_int: round half to even, via the FPU's default mode.
@@ -33,7 +33,7 @@ void QuantizeRowQ8_0(const float* x, int64_t k, void* out) {
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b[i].d = F32ToF16(d);
+    b[i].d = FloatToHalf(d);
     const __m512 vid = _mm512_set1_ps(id);
     // Round half away from zero exactly: floor(a) + floor(2*(a - floor(a)))
     // on a = |v|; every step is exact in f32.
@@ -54,7 +54,7 @@ void QuantizeRowQ8_0(const float* x, int64_t k, void* out) {
     for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b[i].d = F32ToF16(d);
+    b[i].d = FloatToHalf(d);
     for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
 #endif
   }
@@ -101,4 +101,4 @@ void QuantizeRowQ8_K(const float* x, int64_t k, void* out) {
   }
 }
 
-}  // namespace decoded::quant::internal
+}  // namespace decoded::quant::internal::DECODED_ISA_NS

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
+#include "engine/cpu_isa.h"
 #include "engine/runtime.h"
 #include "engine/serving/scheduler.h"
 #include "engine/serving/serving_model.h"
@@ -109,6 +110,7 @@ class EngineImpl final : public Engine {
     info_.sliding_window = mi.sliding_window;
     info_.weight_dtype = mi.weight_dtype;
     info_.device = mi.device;
+    if (info_.device == "cpu") info_.cpu_isa = CpuIsaName(ActiveCpuIsa());
     info_.session_context_length = session_len;
     info_.max_sessions = options.max_sessions;
     info_.bos_id = tok.bos_id();

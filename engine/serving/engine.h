@@ -158,6 +158,9 @@ struct EngineModelInfo {
   int32_t sliding_window = 0;
   std::string weight_dtype;
   std::string device;
+  // Instruction-set tier of the CPU kernels (engine/cpu_isa.h: "avx512vnni",
+  // "avx2", "scalar"); "" on other devices.
+  std::string cpu_isa;
   int32_t session_context_length = 0;
   int32_t max_sessions = 0;
   int32_t bos_id = 0;

@@ -14,9 +14,16 @@
 #include "engine/cpu/kernels.h"
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
+#include "tests/common/per_cpu_isa.h"
 
 namespace decoded::cpu {
 namespace {
+
+// Every kernel test runs once per instruction-set tier this CPU supports.
+class CpuKernelsTest : public testing::PerCpuIsaTest {};
+class MoeKernelTest : public testing::PerCpuIsaTest {};
+DECODED_INSTANTIATE_PER_CPU_ISA(CpuKernelsTest);
+DECODED_INSTANTIATE_PER_CPU_ISA(MoeKernelTest);
 
 std::vector<float> Random(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -26,7 +33,7 @@ std::vector<float> Random(size_t n, uint32_t seed) {
   return v;
 }
 
-TEST(CpuKernelsTest, SiluMulIsSiluOfGateTimesUp) {
+TEST_P(CpuKernelsTest, SiluMulIsSiluOfGateTimesUp) {
   const int64_t n = 5000;  // above the split threshold: two threads share it
   const std::vector<float> a = Random(n, 1), b = Random(n, 2);
   std::vector<float> out(n, -1.0f);
@@ -39,7 +46,7 @@ TEST(CpuKernelsTest, SiluMulIsSiluOfGateTimesUp) {
 }
 
 // HF "gelu_new" (activations.py NewGELUActivation), used by Phi-2's MLP.
-TEST(CpuKernelsTest, GeluIsHfGeluNew) {
+TEST_P(CpuKernelsTest, GeluIsHfGeluNew) {
   const int64_t n = 5000;
   std::vector<float> x = Random(n, 7);
   x[0] = 0.0f;
@@ -57,7 +64,7 @@ TEST(CpuKernelsTest, GeluIsHfGeluNew) {
 
 // torch.nn.LayerNorm: (x - E[x]) / sqrt(Var[x] + eps) * weight + bias, with
 // the biased variance, per group; rows with a large mean must not cancel.
-TEST(CpuKernelsTest, LayerNormRowsIsTorchLayerNorm) {
+TEST_P(CpuKernelsTest, LayerNormRowsIsTorchLayerNorm) {
   const int64_t rows = 3, cols = 2048, group = 1024;  // above the split threshold: two threads share it
   std::vector<float> x = Random(rows * cols, 8);
   for (int64_t i = 0; i < rows * cols; ++i) x[i] += 100.0f * static_cast<float>(i / group);
@@ -83,7 +90,7 @@ TEST(CpuKernelsTest, LayerNormRowsIsTorchLayerNorm) {
   }
 }
 
-TEST(CpuKernelsTest, AddRowBroadcastsTheBiasOverRows) {
+TEST_P(CpuKernelsTest, AddRowBroadcastsTheBiasOverRows) {
   const int64_t rows = 3, cols = 7;
   const std::vector<float> x = Random(rows * cols, 3), bias = Random(cols, 4);
   std::vector<float> out(rows * cols);
@@ -105,7 +112,7 @@ void Tables(int64_t seq, int32_t head_dim, double base, std::vector<float>* cos,
   }
 }
 
-TEST(CpuKernelsTest, RopeAdjacentRotatesNeighbouringPairsAsRoFormer) {
+TEST_P(CpuKernelsTest, RopeAdjacentRotatesNeighbouringPairsAsRoFormer) {
   const int64_t seq = 3;
   const int32_t heads = 2, hd = 8, half = hd / 2;
   std::vector<float> cos, sin;
@@ -129,7 +136,7 @@ TEST(CpuKernelsTest, RopeAdjacentRotatesNeighbouringPairsAsRoFormer) {
 // HF's apply_rotary_pos_emb (rotate_half) on original rows equals adjacent
 // pairing on rows permuted as llama.cpp's converter permutes Q/K for arch
 // llama: permuted[2i + j] = original[j * half + i].
-TEST(CpuKernelsTest, AdjacentPairingOnConverterPermutedRowsEqualsHfRotateHalf) {
+TEST_P(CpuKernelsTest, AdjacentPairingOnConverterPermutedRowsEqualsHfRotateHalf) {
   const int64_t seq = 4;
   const int32_t heads = 3, hd = 16, half = hd / 2;
   std::vector<float> cos, sin;
@@ -163,7 +170,7 @@ TEST(CpuKernelsTest, AdjacentPairingOnConverterPermutedRowsEqualsHfRotateHalf) {
 // within them, inv_freq over rotary_ndims), the rest are concatenated back
 // unchanged. The adjacent pairing rotates (2i, 2i + 1) of the same leading
 // dimensions (llama.cpp NORM with n_rot < head size).
-TEST(CpuKernelsTest, PartialRotaryRotatesTheLeadingDimsAndPassesTheRest) {
+TEST_P(CpuKernelsTest, PartialRotaryRotatesTheLeadingDimsAndPassesTheRest) {
   const int64_t seq = 5;
   const int32_t heads = 3, hd = 16, rot = 6, half = rot / 2;
   std::vector<float> cos, sin;
@@ -360,25 +367,25 @@ void ExpectMoeMatchesReference(const MoeCase& c) {
   EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0) << "thread count changed the result";
 }
 
-TEST(MoeKernelTest, TopTwoRenormalizedMatchesTheFormula) {
+TEST_P(MoeKernelTest, TopTwoRenormalizedMatchesTheFormula) {
   ExpectMoeMatchesReference(RandomMoeCase(5, 64, 32, 8, 2, /*norm=*/true, 100));
 }
 
-TEST(MoeKernelTest, TopTwoWithoutRenormalizationMatchesTheFormula) {
+TEST_P(MoeKernelTest, TopTwoWithoutRenormalizationMatchesTheFormula) {
   ExpectMoeMatchesReference(RandomMoeCase(5, 64, 32, 8, 2, /*norm=*/false, 200));
 }
 
-TEST(MoeKernelTest, SingleExpertMatchesTheFormula) {
+TEST_P(MoeKernelTest, SingleExpertMatchesTheFormula) {
   ExpectMoeMatchesReference(RandomMoeCase(4, 64, 32, 8, 1, /*norm=*/true, 300));
   ExpectMoeMatchesReference(RandomMoeCase(4, 64, 32, 8, 1, /*norm=*/false, 310));
 }
 
-TEST(MoeKernelTest, AllExpertsIsTheDenseSoftmaxMixture) {
+TEST_P(MoeKernelTest, AllExpertsIsTheDenseSoftmaxMixture) {
   ExpectMoeMatchesReference(RandomMoeCase(3, 64, 32, 6, 6, /*norm=*/true, 400));
   ExpectMoeMatchesReference(RandomMoeCase(3, 64, 32, 6, 6, /*norm=*/false, 410));
 }
 
-TEST(MoeKernelTest, TiesGoToTheLowerExpertIndex) {
+TEST_P(MoeKernelTest, TiesGoToTheLowerExpertIndex) {
   const float logits[] = {1.0f, 3.0f, 3.0f, 3.0f, 0.0f, 3.0f};
   int32_t experts[3];
   float weights[3];
@@ -397,7 +404,7 @@ TEST(MoeKernelTest, TiesGoToTheLowerExpertIndex) {
   EXPECT_EQ(sel, (std::vector<int32_t>{0, 1}));
 }
 
-TEST(MoeKernelTest, ConsecutiveRowsRouteToDifferentExperts) {
+TEST_P(MoeKernelTest, ConsecutiveRowsRouteToDifferentExperts) {
   MoeCase c = RandomMoeCase(2, 64, 32, 8, 2, /*norm=*/true, 600);
   // Row 0 prefers experts 6 and 2, row 1 experts 0 and 5.
   const float row0[] = {0, 0, 2, 0, 0, 0, 3, 0}, row1[] = {4, 0, 0, 0, 0, 1, 0, 0};
@@ -484,7 +491,7 @@ TEST(MoeKernelTest, SelectionBiasDoesNotEnterTheWeights) {
 // Q8_0 expert weights (the format's blocks, as quant::QuantizeActivationRow
 // writes them for weight type Q8_0): the formula on the dequantized weights,
 // within the activation-quantization error.
-TEST(MoeKernelTest, QuantizedExpertsMatchTheFormulaOnDequantizedWeights) {
+TEST_P(MoeKernelTest, QuantizedExpertsMatchTheFormulaOnDequantizedWeights) {
   const MoeCase c = RandomMoeCase(3, 64, 64, 8, 2, /*norm=*/true, 700);
   auto quantize = [](const std::vector<float>& w, int64_t rows, int64_t cols, std::vector<uint8_t>& q,
                      std::vector<float>& deq) {
@@ -517,7 +524,7 @@ TEST(MoeKernelTest, QuantizedExpertsMatchTheFormulaOnDequantizedWeights) {
 
 // The per-head column moves of multi-head latent attention: slice columns
 // [begin, begin + count) of each group, concatenate two tensors group by group.
-TEST(CpuKernelsTest, HeadSliceAndHeadConcatMoveEachGroupsColumns) {
+TEST_P(CpuKernelsTest, HeadSliceAndHeadConcatMoveEachGroupsColumns) {
   constexpr int64_t rows = 3;
   constexpr int32_t groups = 4, width = 6, begin = 2, count = 3, wb = 2;
   const std::vector<float> x = Random(rows * groups * width, 5);
@@ -542,7 +549,7 @@ TEST(CpuKernelsTest, HeadSliceAndHeadConcatMoveEachGroupsColumns) {
 // MLA's cache: one row [latent | k_rope] per position, the value being the
 // latent (the row's first v_dim columns). Against softmax(scale q.k) . k[:v_dim]
 // written out in double, for every head over one shared row.
-TEST(CpuKernelsTest, AttentionReadsTheValueFromTheLeadingColumnsOfTheKeyRow) {
+TEST_P(CpuKernelsTest, AttentionReadsTheValueFromTheLeadingColumnsOfTheKeyRow) {
   constexpr int32_t heads = 3, k_dim = 10, v_dim = 6, capacity = 8, seq = 2;
   constexpr float scale = 0.3f;
   const std::vector<float> k = Random(capacity * k_dim, 7);

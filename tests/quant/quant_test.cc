@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/model_path.h"
+#include "tests/common/per_cpu_isa.h"
 
 namespace decoded::quant {
 namespace {
@@ -162,7 +163,7 @@ constexpr double kRelTol = 1e-5;
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
                               DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
-TEST(QuantKernels, ReportsSupportedWeightTypes) {
+TEST(QuantTypes, ReportsSupportedWeightTypes) {
   for (DType t : kWeightTypes) EXPECT_TRUE(IsSupportedWeightType(t)) << DTypeName(t);
   EXPECT_FALSE(IsSupportedWeightType(DType::kQ2_K));
   EXPECT_FALSE(IsSupportedWeightType(DType::kI32));
@@ -177,13 +178,15 @@ TEST(QuantKernels, ReportsSupportedWeightTypes) {
   EXPECT_EQ(ActivationRowBytes(DType::kF16, 10), 40u);
 }
 
-#ifdef DECODED_EXPECT_KERNEL_VARIANT
-TEST(QuantKernels, BuiltForRequestedInstructionSet) {
-  EXPECT_STREQ(KernelVariant(), DECODED_EXPECT_KERNEL_VARIANT);
-}
-#endif
+// The kernels and activation quantizers run once per tier this CPU supports.
+class QuantKernels : public testing::PerCpuIsaTest {};
+class QuantActivation : public testing::PerCpuIsaTest {};
+DECODED_INSTANTIATE_PER_CPU_ISA(QuantKernels);
+DECODED_INSTANTIATE_PER_CPU_ISA(QuantActivation);
 
-TEST(QuantKernels, MatMulMatchesDequantizedReferenceForEveryType) {
+TEST_P(QuantKernels, RunOnTheSelectedTier) { EXPECT_STREQ(KernelVariant(), CpuIsaName(GetParam())); }
+
+TEST_P(QuantKernels, MatMulMatchesDequantizedReferenceForEveryType) {
   std::mt19937 rng(42);
   // 7 rows: one 4-row group plus a 3-row remainder in the blocked kernels.
   constexpr int64_t kRows = 7;
@@ -208,7 +211,7 @@ TEST(QuantKernels, MatMulMatchesDequantizedReferenceForEveryType) {
   }
 }
 
-TEST(QuantKernels, MatMulWritesOnlyItsRowRange) {
+TEST_P(QuantKernels, MatMulWritesOnlyItsRowRange) {
   std::mt19937 rng(7);
   for (DType t : kWeightTypes) {
     const int64_t k = 256;
@@ -237,7 +240,7 @@ Bytes WithScalesShiftedByOneBlock(DType t, const Bytes& w, int64_t rows, int64_t
   return bad;
 }
 
-TEST(QuantKernels, ComparisonCatchesScaleTakenFromNeighbourBlock) {
+TEST_P(QuantKernels, ComparisonCatchesScaleTakenFromNeighbourBlock) {
   std::mt19937 rng(99);
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
                   DType::kQ6_K}) {
@@ -313,7 +316,7 @@ Bytes WithMinsDropped(DType t, const Bytes& w) {
 // 1536) and 9-block rows, 7 weight rows x 5 activation rows, so the batched
 // activation path and its remainder both run. The same weights with their
 // mins dropped must miss.
-TEST(QuantKernels, MinTypesMatchGgufMatVecReference) {
+TEST_P(QuantKernels, MinTypesMatchGgufMatVecReference) {
   const nlohmann::json fx = LoadFixture();
   ASSERT_TRUE(fx.is_object());
   ASSERT_TRUE(fx.contains("matmul"));
@@ -355,7 +358,7 @@ TEST(QuantKernels, MinTypesMatchGgufMatVecReference) {
 // The same comparison on many random Q4_1 / Q5_1 matrices (random codes,
 // realistic d and m), recording the largest error and how far a kernel that
 // drops the mins misses: the figures behind kRelTol.
-TEST(QuantKernels, MinTypesErrorIsMeasuredAndDroppedMinsExceedIt) {
+TEST_P(QuantKernels, MinTypesErrorIsMeasuredAndDroppedMinsExceedIt) {
   std::mt19937 rng(2024);
   for (DType t : {DType::kQ4_1, DType::kQ5_1}) {
     double worst = 0.0, bad_least = INFINITY;
@@ -379,7 +382,7 @@ TEST(QuantKernels, MinTypesErrorIsMeasuredAndDroppedMinsExceedIt) {
   }
 }
 
-TEST(QuantActivation, Q8_0MatchesGgufQuantizerIncludingTies) {
+TEST_P(QuantActivation, Q8_0MatchesGgufQuantizerIncludingTies) {
   const nlohmann::json fx = LoadFixture();
   ASSERT_TRUE(fx.is_object());
   const auto& a = fx["q8_0_activation"];
@@ -429,7 +432,7 @@ Bytes ReferenceQ8_K(const std::vector<float>& x) {
   return out;
 }
 
-TEST(QuantActivation, Q8_KMatchesReferenceFormula) {
+TEST_P(QuantActivation, Q8_KMatchesReferenceFormula) {
   std::mt19937 rng(5);
   std::vector<float> x = RandomActivations(1, 4 * 256, rng);
   // Block 1: max = -127, so iscale = 1 and k+0.5 inputs are exact ties.
@@ -453,7 +456,7 @@ TEST(QuantActivation, Q8_KMatchesReferenceFormula) {
   EXPECT_EQ(d1, 1.0f);  // -max/127 with max = -127
 }
 
-TEST(QuantActivation, FloatWeightsTakeActivationsUnchanged) {
+TEST_P(QuantActivation, FloatWeightsTakeActivationsUnchanged) {
   const std::vector<float> x = {1.5f, -2.25f, 3.0e-20f, 7.0f};
   std::vector<float> out(4);
   QuantizeActivationRow(DType::kBF16, x.data(), 4, out.data());

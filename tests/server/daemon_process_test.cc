@@ -274,6 +274,35 @@ TEST(DaemonProcessTest, SignalDuringModelLoadExitsZero) {
   }
 }
 
+// DECODED_CPU_ISA: a value the daemon cannot honour stops it at startup with
+// the reason; a supported tier is what it logs, what GetModelInfo reports and
+// what the decoded_cpu_isa_info metric names.
+TEST(DaemonProcessTest, CpuIsaOverrideIsLoggedReportedOrRefused) {
+  {
+    ASSERT_EQ(setenv("DECODED_CPU_ISA", "avx9000", 1), 0);
+    Daemon daemon(ModelFlags());
+    ASSERT_EQ(unsetenv("DECODED_CPU_ISA"), 0);
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 1) << daemon.Log();
+    EXPECT_NE(daemon.Log().find("DECODED_CPU_ISA=\"avx9000\" is not a kernel tier"), std::string::npos)
+        << daemon.Log();
+  }
+  DECODED_REQUIRE_REAL_MODEL();
+  ASSERT_EQ(setenv("DECODED_CPU_ISA", "scalar", 1), 0);
+  Daemon daemon(ModelFlags());
+  ASSERT_EQ(unsetenv("DECODED_CPU_ISA"), 0);
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(120))) << daemon.Log();
+  EXPECT_NE(daemon.Log().find("CPU kernels scalar"), std::string::npos) << daemon.Log();
+  auto stub = v1::Decoder::NewStub(daemon.channel());
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.cpu_isa(), "scalar");
+  const std::string metrics = daemon.Metrics();
+  EXPECT_NE(metrics.find("decoded_cpu_isa_info{cpu_isa=\"scalar\"} 1"), std::string::npos) << metrics;
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
+}
+
 // A second signal while a drain waits for a long turn: the operator wants out
 // now, so the daemon exits at once, with status 1 (the drain was cut short).
 TEST(DaemonProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/cpu_isa.h"
 #include "engine/runtime.h"
 #include "engine/serving/engine.h"
 #include "google/protobuf/descriptor.pb.h"
@@ -151,6 +152,8 @@ TEST_F(ServerE2eTest, ModelInfoAndTokenizeRoundTrip) {
   EXPECT_EQ(info.family(), "gemma3");
   EXPECT_EQ(info.vocab_size(), 262144);
   EXPECT_EQ(info.session_context_length(), kContext);
+  EXPECT_EQ(info.device(), "cpu");
+  EXPECT_EQ(info.cpu_isa(), CpuIsaName(ActiveCpuIsa()));
 
   const std::vector<int32_t> ids = Tokenize("Hello world", false);
   ASSERT_FALSE(ids.empty());
@@ -403,6 +406,9 @@ TEST_F(ServerE2eTest, MetricsScrapeNamesTheMetrics) {
     EXPECT_NE(body.find(name), std::string::npos) << name;
   }
   EXPECT_NE(body.find("phase=\"decode\""), std::string::npos);
+  EXPECT_NE(body.find(std::string("decoded_cpu_isa_info{cpu_isa=\"") + CpuIsaName(ActiveCpuIsa()) + "\"} 1"),
+            std::string::npos)
+      << body;
 }
 
 // The gauges dashboards put usage beside: health as grpc.health.v1 reports
