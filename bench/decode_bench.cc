@@ -36,6 +36,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// A failed step ends the benchmark with its status on stderr: a silent exit 1
+// would leave run_bench.py with nothing to report.
+int Fail(const char* what, const absl::Status& status) {
+  std::fprintf(stderr, "decode_bench: %s: %s\n", what, status.ToString().c_str());
+  return 1;
+}
+
 int Run() {
   if (absl::Status isa = InitCpuIsaFromEnvironment(); !isa.ok()) {
     std::fprintf(stderr, "%s\n", isa.ToString().c_str());
@@ -48,7 +55,7 @@ int Run() {
     return 1;
   }
   auto weights = Weights::FromGguf(std::shared_ptr<const GgufFile>(std::move(*file)));
-  if (!weights.ok()) return 1;
+  if (!weights.ok()) return Fail("weights", weights.status());
   auto model = CreateFamily(*weights);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
@@ -71,12 +78,12 @@ int Run() {
   int64_t allocs_per_step = -1;
   for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
     auto kv = KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, capacity);
-    if (!kv.ok()) return 1;
+    if (!kv.ok()) return Fail("KV cache", kv.status());
     auto t0 = Clock::now();
     for (int off = 0; off < n_prompt; off += kMaxPrefillChunk) {
       const int n = std::min(kMaxPrefillChunk, n_prompt - off);
       auto r = forward_with_kv_context(m, **kv, absl::MakeConstSpan(prompt).subspan(off, n), false, ex);
-      if (!r.ok()) return 1;
+      if (!r.ok()) return Fail("prefill", r.status());
     }
     auto t1 = Clock::now();
     best_prefill = std::min(best_prefill, Seconds(t0, t1));
@@ -84,12 +91,14 @@ int Run() {
     DecodeSession session;
     int32_t tok = 3000;
     // First token builds the plan; it is not part of the steady-state rate.
-    if (!forward_with_kv_context_persistent(m, **kv, session, tok, ex).ok()) return 1;
+    if (auto first = forward_with_kv_context_persistent(m, **kv, session, tok, ex); !first.ok()) {
+      return Fail("first decode step", first.status());
+    }
     const int64_t a0 = testing::HeapAllocations();
     auto t2 = Clock::now();
     for (int i = 0; i < n_decode; ++i) {
       auto r = forward_with_kv_context_persistent(m, **kv, session, tok, ex);
-      if (!r.ok()) return 1;
+      if (!r.ok()) return Fail("decode step (held plan)", r.status());
       tok = static_cast<int32_t>(std::max_element(r->begin(), r->end()) - r->begin());
     }
     auto t3 = Clock::now();
@@ -99,7 +108,7 @@ int Run() {
     auto t4 = Clock::now();
     for (int i = 0; i < n_d1; ++i) {
       auto r = forward_with_kv_context(m, **kv, std::vector<int32_t>{tok}, false, ex);
-      if (!r.ok()) return 1;
+      if (!r.ok()) return Fail("decode step (rebuilt graph)", r.status());
     }
     auto t5 = Clock::now();
     best_d1 = std::min(best_d1, Seconds(t4, t5));
