@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -20,6 +21,9 @@
 
 #include "engine/cpu/cpu_executor.h"
 #include "engine/decode_driver.h"
+#include "engine/engine_counters.h"
+#include "engine/graph/optimizer.h"
+#include "engine/kv_cache.h"
 #include "engine/model_registry.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -121,6 +125,35 @@ inline std::vector<float> DecodeSteps(const DecodeModel& m, KvCache& kv, DecodeS
     tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   return all;
+}
+
+// The held-plan contract on a fixture: after HF's prompt, `n` decode steps
+// through D2 (one session's held plan) give logits byte-identical to D1
+// (a graph rebuilt per token), with exactly one graph build and one optimizer
+// run for the D2 session against n for D1.
+inline void ExpectHeldPlanEqualsRebuildWithOneBuild(const HfFixture& f, int n) {
+  ASSERT_NE(f.model, nullptr);
+  const DecodeModel& m = *f.model;
+  CpuExecutor ex(2);
+  const std::vector<int32_t> prompt = f.ref["prompt_ids"].get<std::vector<int32_t>>();
+  auto kv1 = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().kv_layout(), 64);
+  auto kv2 = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().kv_layout(), 64);
+  ASSERT_TRUE(forward_with_kv_context(m, *kv1, prompt, false, ex).ok());
+  ASSERT_TRUE(forward_with_kv_context(m, *kv2, prompt, false, ex).ok());
+  DecodeSession unused, session;
+  const int64_t b0 = GetEngineCounters().graph_builds, o0 = OptimizerRuns();
+  const std::vector<float> d1 = DecodeSteps(m, *kv1, unused, ex, 5, n, /*persistent=*/false);
+  const int64_t b1 = GetEngineCounters().graph_builds, o1 = OptimizerRuns();
+  const std::vector<float> d2 = DecodeSteps(m, *kv2, session, ex, 5, n, /*persistent=*/true);
+  const int64_t b2 = GetEngineCounters().graph_builds, o2 = OptimizerRuns();
+  ASSERT_EQ(d1.size(), d2.size());
+  ASSERT_EQ(d1.size(), static_cast<size_t>(n) * m.dims().vocab);
+  EXPECT_EQ(std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)), 0);
+  EXPECT_EQ(b1 - b0, n);  // the control rebuilds every token
+  EXPECT_EQ(o1 - o0, n);
+  EXPECT_EQ(b2 - b1, 1);
+  EXPECT_EQ(o2 - o1, 1);
+  drop_decode_session(session);
 }
 
 }  // namespace decoded::testing

@@ -96,30 +96,8 @@ TEST_P(Deepseek2YarnTest, IgnoringYarnExceedsTolerance) {
 }
 
 TEST_P(Deepseek2YarnTest, HeldPlanIsByteIdenticalToRebuildAndBuildsOnce) {
-  wt::HfFixture f = wt::LoadHfFixture(GetParam());
-  ASSERT_NE(f.model, nullptr);
-  const DecodeModel& m = *f.model;
-  CpuExecutor ex(2);
-  const std::vector<int32_t> prompt = f.ref["prompt_ids"].get<std::vector<int32_t>>();
-  auto kv1 = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().kv_layout(), 64);
-  auto kv2 = *KvCache::Create(m.backend(), m.dims().n_layers, m.dims().kv_layout(), 64);
-  ASSERT_TRUE(forward_with_kv_context(m, *kv1, prompt, false, ex).ok());
-  ASSERT_TRUE(forward_with_kv_context(m, *kv2, prompt, false, ex).ok());
-  constexpr int kTokens = 12;  // positions 28 .. 39, past the original context of 32
-  DecodeSession unused, session;
-  const int64_t b0 = GetEngineCounters().graph_builds, o0 = OptimizerRuns();
-  const std::vector<float> d1 = wt::DecodeSteps(m, *kv1, unused, ex, 5, kTokens, /*persistent=*/false);
-  const int64_t b1 = GetEngineCounters().graph_builds, o1 = OptimizerRuns();
-  const std::vector<float> d2 = wt::DecodeSteps(m, *kv2, session, ex, 5, kTokens, /*persistent=*/true);
-  const int64_t b2 = GetEngineCounters().graph_builds, o2 = OptimizerRuns();
-  ASSERT_EQ(d1.size(), d2.size());
-  ASSERT_EQ(d1.size(), static_cast<size_t>(kTokens) * m.dims().vocab);
-  EXPECT_EQ(std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)), 0);
-  EXPECT_EQ(b1 - b0, kTokens);  // the control rebuilds every token
-  EXPECT_EQ(o1 - o0, kTokens);
-  EXPECT_EQ(b2 - b1, 1);
-  EXPECT_EQ(o2 - o1, 1);
-  drop_decode_session(session);
+  // positions 28 .. 39, past the original context of 32
+  wt::ExpectHeldPlanEqualsRebuildWithOneBuild(wt::LoadHfFixture(GetParam()), /*n=*/12);
 }
 
 TEST_P(Deepseek2YarnTest, DeviceOffsetAndSymbolPathsGiveIdenticalLogits) {
