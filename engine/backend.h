@@ -23,11 +23,10 @@
 
 namespace decoded {
 
-class KvCache;
-
 // Host-side symbols bound per step (the symbol KV-write offset path).
 struct SymEnv {
-  int32_t kv_pos = 0;  // first KV row the step writes
+  // The KV row each token row of the step writes (one per row).
+  absl::Span<const int32_t> kv_pos;
 };
 
 // A worker's compute resources. Obtained from the backend that runs plans.
@@ -47,12 +46,14 @@ class DeviceBuffer {
   virtual size_t size() const = 0;
 };
 
-// Everything a plan is bound to besides weights: the KV cache its kv_write and
-// attention nodes address, and one buffer per DataSlot for kInput nodes
-// (nullptr for slots the graph does not use).
+// Everything a plan is bound to besides weights: one buffer per DataSlot for
+// kInput nodes (nullptr for slots the graph does not use), and the geometry of
+// the KV caches its rows will address. Which caches those are is per-step
+// data (DataSlot::kKvRows), so no cache is bound at compile time.
 struct PlanResources {
-  KvCache* kv = nullptr;
   std::array<DeviceBuffer*, static_cast<size_t>(DataSlot::kCount)> inputs{};
+  int32_t kv_layers = 0;  // layers of every cache a row may address
+  KvLayout kv_layout;     // their row geometry
 };
 
 class CompiledPlan {
@@ -60,6 +61,7 @@ class CompiledPlan {
   virtual ~CompiledPlan() = default;
   // Runs every scheduled node. INTERNAL if a kernel detected an out-of-range
   // KV write (the driver checks bounds first, so this is a bug, not input).
+  // On the symbol offset path, env.kv_pos holds one entry per token row.
   virtual absl::Status Run(Executor& executor, const SymEnv& env) = 0;
   // f32 contents of graph output `i` after Run(); host-visible.
   virtual absl::Span<const float> output(size_t i) const = 0;
@@ -76,7 +78,8 @@ class Backend {
   // Copies `bytes` from host memory into `dst` at `offset`. Allocation-free.
   virtual void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset = 0) = 0;
   // Takes ownership of the graph. INVALID_ARGUMENT if a kInput slot has no
-  // buffer or one too small, or the graph needs a KV cache and has none.
+  // buffer or one too small, or a KV node's layer or geometry disagrees with
+  // resources.kv_layers / kv_layout.
   virtual absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph graph, MemoryPlan plan,
                                                                const PlanResources& resources) = 0;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/engine_counters.h"
 #include "engine/graph/optimizer.h"
+#include "engine/kv_rows.h"
 
 namespace decoded {
 namespace {
@@ -28,19 +29,40 @@ absl::Status ValidateTokens(const DecodeModel& model, absl::Span<const int32_t> 
   return absl::OkStatus();
 }
 
-// Buffer sizes for the one-token step's data slots.
-size_t SlotBytes(DataSlot slot, const DecodeModel& model) {
+// Buffer sizes of a `rows`-row step's data slots.
+size_t SlotBytes(DataSlot slot, const DecodeModel& model, int32_t rows) {
+  const size_t n = static_cast<size_t>(rows);
   const size_t half = static_cast<size_t>(model.rope_plan().rot_dims() / 2);
   const size_t nr = static_cast<size_t>(std::max(model.rope_plan().n_variants(), 1));
   switch (slot) {
-    case DataSlot::kTokenIds: return sizeof(int32_t);
+    case DataSlot::kTokenIds: return n * sizeof(int32_t);
     case DataSlot::kRopeCos:
-    case DataSlot::kRopeSin: return nr * half * sizeof(float);
-    case DataSlot::kMask: return static_cast<size_t>(model.mask_plan().n_variants()) * 2 * sizeof(int32_t);
-    case DataSlot::kKvOffset: return sizeof(int32_t);
+    case DataSlot::kRopeSin: return nr * n * half * sizeof(float);
+    case DataSlot::kMask: return static_cast<size_t>(model.mask_plan().n_variants()) * n * 2 * sizeof(int32_t);
+    case DataSlot::kKvOffset: return n * sizeof(int32_t);
+    case DataSlot::kKvRows: return n * static_cast<size_t>(KvRowStride(model.dims().n_layers)) * sizeof(int64_t);
     case DataSlot::kCount: break;
   }
   return 0;
+}
+
+// The KV caches a step's rows address must have the model's geometry (the
+// plan's kernels index them with it).
+absl::Status CheckKvGeometry(const DecodeModel& model, const KvCache& kv) {
+  if (kv.n_layers() != model.dims().n_layers || !(kv.layout() == model.dims().kv_layout())) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache of ", kv.n_layers(), " layers x ",
+                                                   kv.layout().floats_per_token(), " floats per token does not fit ",
+                                                   model.family(), " (", model.dims().n_layers, " layers x ",
+                                                   model.dims().kv_layout().floats_per_token(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+PlanResources KvResources(const DecodeModel& model) {
+  PlanResources res;
+  res.kv_layers = model.dims().n_layers;
+  res.kv_layout = model.dims().kv_layout();
+  return res;
 }
 
 }  // namespace
@@ -57,13 +79,13 @@ NodeId DecodeLayerInputs::rope(NodeId x, int32_t n_heads, const std::string& nam
 NodeId DecodeLayerInputs::attention(NodeId q, NodeId k, NodeId v, const AttentionScoring& scoring) const {
   const std::string blk = absl::StrCat("blk.", layer, ".");
   const KvLayout kl = dims_.kv_layout();
-  const NodeId kw = graph.kv_write(k, layer, /*is_v=*/false, kl.n_kv_heads, kl.k_dim, data_.offset_path,
-                                   data_.kv_offset, blk + "cache_k");
+  const NodeId kw = graph.kv_write(k, data_.kv_rows, layer, /*is_v=*/false, kl.n_kv_heads, kl.k_dim,
+                                   data_.offset_path, data_.kv_offset, blk + "cache_k");
   const NodeId vw = kl.v_in_k ? kNoNode
-                              : graph.kv_write(v, layer, /*is_v=*/true, kl.n_kv_heads, kl.v_dim, data_.offset_path,
-                                               data_.kv_offset, blk + "cache_v");
-  return graph.attention(q, data_.mask, kw, vw, layer, mask_plan_.variant_of(layer), dims_.n_heads, kl,
-                         scoring.scale, scoring.softcap, blk + "attn");
+                              : graph.kv_write(v, data_.kv_rows, layer, /*is_v=*/true, kl.n_kv_heads, kl.v_dim,
+                                               data_.offset_path, data_.kv_offset, blk + "cache_v");
+  return graph.attention(q, data_.mask, data_.kv_rows, kw, vw, layer, mask_plan_.variant_of(layer), dims_.n_heads,
+                         kl, scoring.scale, scoring.softcap, blk + "attn");
 }
 
 // ---- per-token data nodes ----
@@ -76,22 +98,25 @@ DecodeTokenNodes PersistentDecodeModel::build_decode_token_data(Graph& g, const 
   const int64_t half = rope_plan.rot_dims() / 2;
   const int64_t rope_rows = static_cast<int64_t>(std::max(rope_plan.n_variants(), 1)) * seq;
   const int64_t mask_rows = static_cast<int64_t>(mask_plan.n_variants()) * seq;
+  const int64_t kv_cols = seq > 0 ? static_cast<int64_t>(host.kv_rows.size()) / seq : 0;
   d.offset_path = kv_offset_path();
   if (mode == DataMode::kRebindable) {
     d.token_ids = g.input(DataSlot::kTokenIds, DType::kI32, 1, seq, "inp_tokens");
     d.rope_cos = g.input(DataSlot::kRopeCos, DType::kF32, rope_rows, half, "rope_cos");
     d.rope_sin = g.input(DataSlot::kRopeSin, DType::kF32, rope_rows, half, "rope_sin");
     d.mask = g.input(DataSlot::kMask, DType::kI32, mask_rows, 2, "kq_mask");
+    d.kv_rows = g.input(DataSlot::kKvRows, DType::kI64, seq, kv_cols, "kv_rows");
     if (d.offset_path == KvOffsetPath::kDeviceOffset) {
-      d.kv_offset = g.input(DataSlot::kKvOffset, DType::kI32, 1, 1, "kv_offset");
+      d.kv_offset = g.input(DataSlot::kKvOffset, DType::kI32, 1, seq, "kv_offset");
     }
   } else {
     d.token_ids = g.constant(DType::kI32, 1, seq, Bytes(host.token_ids.data(), host.token_ids.size()), "inp_tokens");
     d.rope_cos = g.constant(DType::kF32, rope_rows, half, Bytes(host.rope_cos.data(), host.rope_cos.size()), "rope_cos");
     d.rope_sin = g.constant(DType::kF32, rope_rows, half, Bytes(host.rope_sin.data(), host.rope_sin.size()), "rope_sin");
     d.mask = g.constant(DType::kI32, mask_rows, 2, Bytes(host.mask.data(), host.mask.size()), "kq_mask");
+    d.kv_rows = g.constant(DType::kI64, seq, kv_cols, Bytes(host.kv_rows.data(), host.kv_rows.size()), "kv_rows");
     if (d.offset_path == KvOffsetPath::kDeviceOffset) {
-      d.kv_offset = g.constant(DType::kI32, 1, 1, Bytes(&host.kv_offset, 1), "kv_offset");
+      d.kv_offset = g.constant(DType::kI32, 1, seq, Bytes(host.positions.data(), host.positions.size()), "kv_offset");
     }
   }
   return d;
@@ -122,20 +147,23 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
                                                            absl::Span<const int32_t> tokens, bool all_logits,
                                                            Executor& executor) {
   if (auto s = ValidateTokens(model, tokens); !s.ok()) return s;
+  if (auto s = CheckKvGeometry(model, kv); !s.ok()) return s;
   if (auto s = kv.CheckWrite(static_cast<int32_t>(tokens.size())); !s.ok()) return s;
   DecodeTokenHost host;
   if (auto s = compute_decode_token_host(model.mask_plan(), model.rope_plan(), tokens, kv.write_offset(), &host);
       !s.ok()) {
     return s;
   }
+  // Every row of a chunk reads and writes the one cache.
+  const int64_t stride = KvRowStride(kv.n_layers());
+  host.kv_rows.resize(static_cast<size_t>(host.seq * stride));
+  for (int32_t t = 0; t < host.seq; ++t) kv.FillKvRow(host.kv_rows.data() + t * stride);
   Graph g = build_decode_graph(model, host, DataMode::kBaked, all_logits);
   auto plan = Optimize(g);
   if (!plan.ok()) return plan.status();
-  PlanResources res;
-  res.kv = &kv;
-  auto compiled = model.backend().Compile(std::move(g), *std::move(plan), res);
+  auto compiled = model.backend().Compile(std::move(g), *std::move(plan), KvResources(model));
   if (!compiled.ok()) return compiled.status();
-  SymEnv env{.kv_pos = kv.write_offset()};
+  SymEnv env{.kv_pos = host.positions};
   if (auto s = (*compiled)->Run(executor, env); !s.ok()) return s;
   kv.Commit(static_cast<int32_t>(tokens.size()));
   auto out = (*compiled)->output(0);
@@ -144,7 +172,7 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
 
 // ---- D2 ----
 
-PlanKey decode_plan_key(const DecodeModel& model, const KvCache& kv) {
+PlanKey decode_plan_key(const DecodeModel& model, int32_t rows) {
   return PlanKey{
       .family = model.family(),
       .structural_hash = model.structural_hash(),
@@ -152,7 +180,9 @@ PlanKey decode_plan_key(const DecodeModel& model, const KvCache& kv) {
       .n_rope_variants = model.rope_plan().n_variants(),
       .offset_path = model.kv_offset_path(),
       .weights_instance = model.weights().instance_id(),
-      .kv_allocation = kv.allocation_id(),
+      .kv_layers = model.dims().n_layers,
+      .kv_layout = model.dims().kv_layout(),
+      .rows = rows,
   };
 }
 
@@ -165,8 +195,9 @@ void upload_decode_token_data(Backend& backend, const DecodeTokenHost& host, Dec
   up(DataSlot::kRopeCos, host.rope_cos.data(), host.rope_cos.size() * sizeof(float));
   up(DataSlot::kRopeSin, host.rope_sin.data(), host.rope_sin.size() * sizeof(float));
   up(DataSlot::kMask, host.mask.data(), host.mask.size() * sizeof(int32_t));
-  up(DataSlot::kKvOffset, &host.kv_offset, sizeof(int32_t));
-  session.env.kv_pos = host.kv_offset;
+  up(DataSlot::kKvOffset, host.positions.data(), host.positions.size() * sizeof(int32_t));
+  up(DataSlot::kKvRows, host.kv_rows.data(), host.kv_rows.size() * sizeof(int64_t));
+  session.env.kv_pos = host.positions;
 }
 
 void drop_decode_session(DecodeSession& session) {
@@ -174,33 +205,92 @@ void drop_decode_session(DecodeSession& session) {
   session.bound_nodes = 0;
   session.plan.reset();
   for (auto& b : session.buffers) b.reset();
+  session.pad_kv.reset();
   session.key = PlanKey{};
+  session.env = SymEnv{};
 }
 
 DecodeSession::~DecodeSession() { drop_decode_session(*this); }
 
-absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(const DecodeModel& model, KvCache& kv,
-                                                                             DecodeSession& session, int32_t token,
+namespace {
+
+// The host-side check of a D2 step (before anything runs or is written) and
+// the fill of session.host for a plan of `plan_rows` rows: the given rows,
+// then padding rows (token 0 at position 0 of the session's pad cache).
+absl::Status PrepareStep(const DecodeModel& model, absl::Span<const DecodeRow> rows, int32_t plan_rows,
+                         DecodeSession& session) {
+  if (rows.empty()) return absl::InvalidArgumentError("a decode step needs at least one row");
+  if (static_cast<int32_t>(rows.size()) > plan_rows) {
+    return absl::InvalidArgumentError(absl::StrCat(rows.size(), " rows exceed the plan's ", plan_rows));
+  }
+  const int32_t vocab = model.dims().vocab;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const DecodeRow& r = rows[i];
+    if (r.kv == nullptr) return absl::InvalidArgumentError(absl::StrCat("row ", i, " has no KV cache"));
+    if (r.token < 0 || r.token >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", r.token, " of row ", i, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+    if (auto s = CheckKvGeometry(model, *r.kv); !s.ok()) return s;
+    if (auto s = r.kv->CheckWrite(1); !s.ok()) return s;
+    // Two rows on one cache would write the same position.
+    for (size_t j = 0; j < i; ++j) {
+      if (rows[j].kv->allocation_id() == r.kv->allocation_id()) {
+        return absl::InvalidArgumentError(absl::StrCat("rows ", j, " and ", i, " address the same KV cache"));
+      }
+    }
+  }
+  const int64_t stride = KvRowStride(model.dims().n_layers);
+  DecodeTokenHost& host = session.host;
+  host.token_ids.resize(static_cast<size_t>(plan_rows));
+  host.positions.resize(static_cast<size_t>(plan_rows));
+  host.kv_rows.resize(static_cast<size_t>(plan_rows * stride));
+  for (int32_t i = 0; i < plan_rows; ++i) {
+    const bool real = i < static_cast<int32_t>(rows.size());
+    KvCache& kv = real ? *rows[static_cast<size_t>(i)].kv : *session.pad_kv;
+    host.token_ids[static_cast<size_t>(i)] = real ? rows[static_cast<size_t>(i)].token : 0;
+    host.positions[static_cast<size_t>(i)] = real ? kv.write_offset() : 0;
+    kv.FillKvRow(host.kv_rows.data() + i * stride);
+  }
+  // compute_decode_token_host copies ids/positions onto themselves: no-ops.
+  return compute_decode_token_host(model.mask_plan(), model.rope_plan(), host.token_ids, host.positions, &host);
+}
+
+absl::StatusOr<absl::Span<const float>> RunHeld(absl::Span<const DecodeRow> rows, DecodeSession& session,
+                                                Executor& executor, int32_t vocab) {
+  if (auto s = session.plan->Run(executor, session.env); !s.ok()) return s;
+  for (const DecodeRow& r : rows) r.kv->Commit(1);
+  return session.plan->output(0).subspan(0, rows.size() * static_cast<size_t>(vocab));
+}
+
+}  // namespace
+
+absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(const DecodeModel& model,
+                                                                             absl::Span<const DecodeRow> rows,
+                                                                             int32_t plan_rows,
+                                                                             DecodeSession& session,
                                                                              Executor& executor) {
-  const int32_t tokens[1] = {token};
-  if (auto s = ValidateTokens(model, tokens); !s.ok()) return s;
-  if (auto s = kv.CheckWrite(1); !s.ok()) return s;
+  if (plan_rows < 1) return absl::InvalidArgumentError("a decode plan needs at least one row");
   drop_decode_session(session);
-  if (auto s = compute_decode_token_host(model.mask_plan(), model.rope_plan(), tokens, kv.write_offset(),
-                                         &session.host);
-      !s.ok()) {
+  Backend& backend = model.backend();
+  if (plan_rows > 1) {
+    // Padding rows write position 0 of this cache and attend over it alone.
+    auto pad = KvCache::Create(backend, model.dims().n_layers, model.dims().kv_layout(), 1);
+    if (!pad.ok()) return pad.status();
+    session.pad_kv = *std::move(pad);
+  }
+  if (auto s = PrepareStep(model, rows, plan_rows, session); !s.ok()) {
+    drop_decode_session(session);
     return s;
   }
-  Graph g = build_decode_graph(model, session.host, DataMode::kRebindable, /*all_logits=*/false);
+  Graph g = build_decode_graph(model, session.host, DataMode::kRebindable, /*all_logits=*/true);
 
-  Backend& backend = model.backend();
-  PlanResources res;
-  res.kv = &kv;
+  PlanResources res = KvResources(model);
   int64_t bound = 0;
   for (const Node& n : g.nodes()) {
     if (n.op != Op::kInput) continue;
     const auto slot = static_cast<size_t>(n.input_slot);
-    auto buf = backend.Allocate(SlotBytes(static_cast<DataSlot>(n.input_slot), model));
+    auto buf = backend.Allocate(SlotBytes(static_cast<DataSlot>(n.input_slot), model, plan_rows));
     if (!buf.ok()) return buf.status();
     session.buffers[slot] = *std::move(buf);
     res.inputs[slot] = session.buffers[slot].get();
@@ -211,46 +301,43 @@ absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(con
   auto compiled = backend.Compile(std::move(g), *std::move(plan), res);
   if (!compiled.ok()) return compiled.status();
   session.plan = *std::move(compiled);
-  session.key = decode_plan_key(model, kv);
+  session.key = decode_plan_key(model, plan_rows);
   session.bound_nodes = bound;
   counters::AddBoundNodes(bound);
 
   upload_decode_token_data(backend, session.host, session);
-  if (auto s = session.plan->Run(executor, session.env); !s.ok()) return s;
-  kv.Commit(1);
-  return session.plan->output(0);
+  return RunHeld(rows, session, executor, model.dims().vocab);
 }
 
-absl::StatusOr<absl::Span<const float>> rebind_and_realize_prebuilt(const DecodeModel& model, KvCache& kv,
-                                                                    DecodeSession& session, int32_t token,
-                                                                    Executor& executor) {
+absl::StatusOr<absl::Span<const float>> rebind_and_realize_prebuilt(const DecodeModel& model,
+                                                                    absl::Span<const DecodeRow> rows,
+                                                                    DecodeSession& session, Executor& executor) {
   if (!session.held()) return absl::FailedPreconditionError("decode session holds no plan");
-  if (!(session.key == decode_plan_key(model, kv))) {
-    return absl::FailedPreconditionError("held plan was built for another model or KV cache");
+  if (!(session.key == decode_plan_key(model, session.rows()))) {
+    return absl::FailedPreconditionError("held plan was built for another model");
   }
-  const int32_t tokens[1] = {token};
-  if (auto s = ValidateTokens(model, tokens); !s.ok()) return s;
-  if (auto s = kv.CheckWrite(1); !s.ok()) return s;
-  if (auto s = compute_decode_token_host(model.mask_plan(), model.rope_plan(), tokens, kv.write_offset(),
-                                         &session.host);
-      !s.ok()) {
-    return s;
-  }
+  if (auto s = PrepareStep(model, rows, session.rows(), session); !s.ok()) return s;
   upload_decode_token_data(model.backend(), session.host, session);
-  if (auto s = session.plan->Run(executor, session.env); !s.ok()) return s;
-  kv.Commit(1);
-  counters::AddRebind();
-  return session.plan->output(0);
+  auto out = RunHeld(rows, session, executor, model.dims().vocab);
+  if (out.ok()) counters::AddRebind();
+  return out;
+}
+
+absl::StatusOr<absl::Span<const float>> forward_batch_persistent(const DecodeModel& model,
+                                                                 absl::Span<const DecodeRow> rows, int32_t plan_rows,
+                                                                 DecodeSession& session, Executor& executor) {
+  if (session.held() && session.key == decode_plan_key(model, plan_rows)) {
+    return rebind_and_realize_prebuilt(model, rows, session, executor);
+  }
+  if (session.held()) counters::AddHeldPlanRebuild();
+  return build_and_realize_first_decode_token(model, rows, plan_rows, session, executor);
 }
 
 absl::StatusOr<absl::Span<const float>> forward_with_kv_context_persistent(const DecodeModel& model, KvCache& kv,
                                                                            DecodeSession& session, int32_t token,
                                                                            Executor& executor) {
-  if (session.held() && session.key == decode_plan_key(model, kv)) {
-    return rebind_and_realize_prebuilt(model, kv, session, token, executor);
-  }
-  if (session.held()) counters::AddHeldPlanRebuild();
-  return build_and_realize_first_decode_token(model, kv, session, token, executor);
+  const DecodeRow row{&kv, token};
+  return forward_batch_persistent(model, absl::MakeConstSpan(&row, 1), 1, session, executor);
 }
 
 }  // namespace decoded

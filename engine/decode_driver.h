@@ -4,19 +4,28 @@
 //   D1  forward_with_kv_context: build the step graph with per-token data
 //       baked as constants, optimize, run, discard. Used for prefill chunks
 //       and as the oracle.
-//   D2  forward_with_kv_context_persistent: the first decode token builds the
+//   D2  forward_with_kv_context_persistent: the first decode step builds the
 //       same graph with re-bindable data nodes, optimizes it ONCE and holds it
-//       in the DecodeSession (build_and_realize_first_decode_token); every
-//       later token recomputes the per-token host data and re-runs the held
+//       in a DecodeSession (build_and_realize_first_decode_token); every
+//       later step recomputes the per-token host data and re-runs the held
 //       plan (rebind_and_realize_prebuilt): no graph build, no optimizer run,
 //       no heap allocation.
 // D2 logits are byte-identical to D1's: the same nodes feed the same kernels,
 // only where the per-token bytes live differs.
 //
-// Every step checks on the host that its KV rows fit before anything runs
-// (RESOURCE_EXHAUSTED otherwise), and validates token ids (INVALID_ARGUMENT).
-// A held plan whose PlanKey no longer matches (another KV cache, another
-// weights instance) is rebuilt for that token, never reused.
+// A D2 step decodes one token for each of up to session.rows() decode
+// sessions at once (batched decode): every matmul reads each weight block
+// once for all rows, each row attends over its own KV cache at its own
+// position. Every kernel keeps a row's arithmetic independent of the other
+// rows, so a session's logits in a batch are byte-identical to the same
+// session decoded alone. The single-session step is the one-row case of the
+// same code.
+//
+// Every step checks on the host, before anything runs, each row's KV cache
+// (geometry == the model's, a free position: RESOURCE_EXHAUSTED otherwise; in
+// a batch, no cache twice: INVALID_ARGUMENT) and token id (INVALID_ARGUMENT).
+// A held plan whose PlanKey no longer matches (another weights instance,
+// another row count) is rebuilt, never reused.
 #ifndef DECODED_ENGINE_DECODE_DRIVER_H_
 #define DECODED_ENGINE_DECODE_DRIVER_H_
 
@@ -34,7 +43,7 @@
 namespace decoded {
 
 // Builds the step graph for `host` (shared by D1 and D2). Outputs: logits of
-// the last token [1, vocab], or of every token [seq, vocab] if all_logits.
+// the last row [1, vocab], or of every row [seq, vocab] if all_logits.
 Graph build_decode_graph(const DecodeModel& model, const DecodeTokenHost& host, DataMode mode, bool all_logits);
 
 // D1. Appends `tokens` to `kv` and returns their logits (last row, or all rows).
@@ -42,26 +51,45 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
                                                            absl::Span<const int32_t> tokens, bool all_logits,
                                                            Executor& executor);
 
-// D2. Appends one token to `kv` through the session's held plan (building it
-// if absent or stale) and returns its logits [vocab], valid until the next
-// call on the session.
+// One row of a D2 step: a decode session's KV cache and the token it appends
+// there (at kv->write_offset()).
+struct DecodeRow {
+  KvCache* kv = nullptr;
+  int32_t token = 0;
+};
+
+// D2. Appends each row's token to its cache through the held plan of
+// `session` (building it for `plan_rows` rows if absent or stale; plan_rows >=
+// rows.size(), the rest being padding) and returns the logits of the rows
+// [rows.size(), vocab], row-major, valid until the next call on the session.
+// INVALID_ARGUMENT: no rows, more rows than plan_rows, a bad token, a cache
+// twice or of another geometry; RESOURCE_EXHAUSTED: a full cache. Nothing is
+// written on error.
+absl::StatusOr<absl::Span<const float>> forward_batch_persistent(const DecodeModel& model,
+                                                                 absl::Span<const DecodeRow> rows, int32_t plan_rows,
+                                                                 DecodeSession& session, Executor& executor);
+
+// The one-session step: forward_batch_persistent with one row and a one-row
+// plan. Returns [vocab].
 absl::StatusOr<absl::Span<const float>> forward_with_kv_context_persistent(const DecodeModel& model, KvCache& kv,
                                                                            DecodeSession& session, int32_t token,
                                                                            Executor& executor);
 
-// D2 build: mint the held graph with re-bindable data nodes, optimize it
-// once, populate `session`, run it for `token`.
-absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(const DecodeModel& model, KvCache& kv,
-                                                                             DecodeSession& session, int32_t token,
+// D2 build: mint the held graph for `plan_rows` rows with re-bindable data
+// nodes, optimize it once, populate `session`, run it for `rows`.
+absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(const DecodeModel& model,
+                                                                             absl::Span<const DecodeRow> rows,
+                                                                             int32_t plan_rows,
+                                                                             DecodeSession& session,
                                                                              Executor& executor);
 
 // One persistent-decode step on an already-built session: recompute the
-// per-token data, rebind (upload), run the held plan, advance the cache.
+// per-row data, rebind (upload), run the held plan, advance the caches.
 // FAILED_PRECONDITION if the session holds no plan or its key does not match
-// (model, kv).
-absl::StatusOr<absl::Span<const float>> rebind_and_realize_prebuilt(const DecodeModel& model, KvCache& kv,
-                                                                    DecodeSession& session, int32_t token,
-                                                                    Executor& executor);
+// the model (or rows.size() exceeds its rows).
+absl::StatusOr<absl::Span<const float>> rebind_and_realize_prebuilt(const DecodeModel& model,
+                                                                    absl::Span<const DecodeRow> rows,
+                                                                    DecodeSession& session, Executor& executor);
 
 // Uploads one step's host data into the session's bound buffers. Allocation-free.
 void upload_decode_token_data(Backend& backend, const DecodeTokenHost& host, DecodeSession& session);
@@ -69,8 +97,8 @@ void upload_decode_token_data(Backend& backend, const DecodeTokenHost& host, Dec
 // Releases the held plan and every binding of `session`.
 void drop_decode_session(DecodeSession& session);
 
-// The key a plan for (model, kv) must carry to be reused.
-PlanKey decode_plan_key(const DecodeModel& model, const KvCache& kv);
+// The key a plan of `rows` rows for `model` must carry to be reused.
+PlanKey decode_plan_key(const DecodeModel& model, int32_t rows);
 
 }  // namespace decoded
 

@@ -33,7 +33,8 @@ struct DecodeTokenNodes {
   NodeId rope_sin = kNoNode;
   NodeId mask = kNoNode;       // i32 [n_mask_variants * seq, 2]
   KvOffsetPath offset_path = KvOffsetPath::kDeviceOffset;
-  NodeId kv_offset = kNoNode;  // i32 [1, 1]; kNoNode on the symbol path
+  NodeId kv_offset = kNoNode;  // i32 [1, seq]; kNoNode on the symbol path
+  NodeId kv_rows = kNoNode;    // i64 [seq, KvRowStride(n_layers)]: each row's KV cache
 };
 
 // The per-layer arguments of DecodeBackbone::decode_apply_layer, with the two
@@ -103,7 +104,7 @@ class PersistentDecodeModel {
   virtual KvOffsetPath kv_offset_path() const = 0;
   // Builds the data nodes of a step from `host` (shapes only in kRebindable
   // mode; bytes baked in kBaked mode). The default implementation serves
-  // every family whose data is ids + RoPE + mask + offset.
+  // every family whose data is ids + RoPE + mask + offset + KV binding table.
   virtual DecodeTokenNodes build_decode_token_data(Graph& g, const DecodeTokenHost& host, const RopePlan& rope_plan,
                                                    const MaskPlan& mask_plan, DataMode mode) const;
 };

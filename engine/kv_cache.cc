@@ -82,6 +82,15 @@ float* KvCache::v(int32_t layer) {
   return v_.empty() ? nullptr : static_cast<float*>(v_[static_cast<size_t>(layer)]->data());
 }
 
+void KvCache::FillKvRow(int64_t* row) {
+  row[0] = capacity_;
+  for (int32_t l = 0; l < n_layers_; ++l) {
+    row[1 + 2 * l] = static_cast<int64_t>(reinterpret_cast<intptr_t>(k(l)));
+    float* vl = v(l);
+    row[2 + 2 * l] = vl != nullptr ? static_cast<int64_t>(reinterpret_cast<intptr_t>(vl)) : 0;
+  }
+}
+
 absl::Status KvCache::CheckWrite(int32_t n_tokens) const {
   if (n_tokens < 0 || static_cast<int64_t>(cached_len_) + n_tokens > capacity_) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", cached_len_, " cached + ", n_tokens,

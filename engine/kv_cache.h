@@ -57,6 +57,10 @@ class KvCache {
   // nullptr when the layout has no V slot (v_in_k).
   float* v(int32_t layer);
 
+  // Writes this cache's row of a step's KV binding table (engine/kv_rows.h):
+  // KvRowStride(n_layers()) entries at `row`.
+  void FillKvRow(int64_t* row);
+
   // OK if `n_tokens` more rows fit after cached_len(); RESOURCE_EXHAUSTED
   // (with the numbers) otherwise. Every step calls this before running.
   absl::Status CheckWrite(int32_t n_tokens) const;

@@ -39,6 +39,9 @@ class ContextImpl final : public DecodeContext {
   int64_t kv_bytes() const override { return kv_->bytes(); }
   int64_t bound_nodes() const override { return session_.bound_nodes; }
 
+  const ModelImpl* model() const { return model_.get(); }
+  KvCache& kv() { return *kv_; }
+
  private:
   std::shared_ptr<const ModelImpl> model_;
   std::unique_ptr<KvCache> kv_;
@@ -56,6 +59,8 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   const DecodeModel& family() const { return *family_; }
+
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override;
 
   absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const override {
     if (max_seq_len < 1 || max_seq_len > info_.context_length) {
@@ -96,6 +101,66 @@ absl::StatusOr<absl::Span<const float>> ContextImpl::Decode(int32_t token, Execu
   return forward_with_kv_context_persistent(model_->family(), *kv_, session_, token, executor);
 }
 
+// One held plan per bucket; a step of n contexts runs bucket plan_rows(n).
+class BatchDecoderImpl final : public BatchDecoder {
+ public:
+  BatchDecoderImpl(std::shared_ptr<const ModelImpl> model, int32_t max_batch)
+      : model_(std::move(model)), buckets_(BatchBuckets(max_batch)), plans_(buckets_.size()) {
+    rows_.reserve(static_cast<size_t>(max_batch));
+  }
+
+  absl::StatusOr<absl::Span<const float>> Decode(absl::Span<DecodeContext* const> contexts,
+                                                 absl::Span<const int32_t> tokens, Executor& executor) override {
+    if (contexts.empty() || contexts.size() != tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("a batched step needs one token per context (", contexts.size(),
+                                                     " contexts, ", tokens.size(), " tokens)"));
+    }
+    if (static_cast<int32_t>(contexts.size()) > max_batch()) {
+      return absl::InvalidArgumentError(absl::StrCat(contexts.size(), " contexts exceed max_batch ", max_batch()));
+    }
+    rows_.clear();
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      auto* ctx = dynamic_cast<ContextImpl*>(contexts[i]);
+      if (ctx == nullptr || ctx->model() != model_.get()) {
+        return absl::InvalidArgumentError(absl::StrCat("context ", i, " belongs to another model"));
+      }
+      rows_.push_back(DecodeRow{&ctx->kv(), tokens[i]});
+    }
+    const size_t b = Bucket(static_cast<int32_t>(contexts.size()));
+    return forward_batch_persistent(model_->family(), rows_, buckets_[b], plans_[b], executor);
+  }
+
+  int32_t max_batch() const override { return buckets_.back(); }
+  int32_t plan_rows(int32_t n) const override { return buckets_[Bucket(n)]; }
+  void Release() override {
+    for (DecodeSession& p : plans_) drop_decode_session(p);
+  }
+  int64_t bound_nodes() const override {
+    int64_t n = 0;
+    for (const DecodeSession& p : plans_) n += p.bound_nodes;
+    return n;
+  }
+
+ private:
+  size_t Bucket(int32_t n) const {
+    size_t b = 0;
+    while (b + 1 < buckets_.size() && buckets_[b] < n) ++b;
+    return b;
+  }
+
+  std::shared_ptr<const ModelImpl> model_;
+  std::vector<int32_t> buckets_;
+  std::vector<DecodeSession> plans_;
+  std::vector<DecodeRow> rows_;
+};
+
+absl::StatusOr<std::unique_ptr<BatchDecoder>> ModelImpl::NewBatchDecoder(int32_t max_batch) const {
+  if (max_batch < 1 || max_batch > kMaxBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batch ", max_batch, " must be in [1, ", kMaxBatch, "]"));
+  }
+  return std::unique_ptr<BatchDecoder>(new BatchDecoderImpl(shared_from_this(), max_batch));
+}
+
 std::string DominantWeightType(const GgufFile& file) {
   std::map<std::string, uint64_t> bytes;
   for (const GgufTensorInfo& t : file.tensors()) bytes[std::string(DTypeName(t.type))] += t.nbytes;
@@ -111,6 +176,15 @@ std::string DominantWeightType(const GgufFile& file) {
 }
 
 }  // namespace
+
+std::vector<int32_t> BatchBuckets(int32_t max_batch) {
+  std::vector<int32_t> out;
+  for (int32_t b : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
+    if (b < max_batch) out.push_back(b);
+  }
+  out.push_back(std::max(max_batch, 1));
+  return out;
+}
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf_path,
                                                          std::string_view chat_template_override) {

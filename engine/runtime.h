@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -28,6 +29,7 @@
 namespace decoded {
 
 class DecodeContext;
+class BatchDecoder;
 
 struct ModelInfo {
   std::string family;          // "gemma3"
@@ -56,6 +58,10 @@ class Model {
   // A fresh context with a KV cache of `max_seq_len` positions.
   // INVALID_ARGUMENT if max_seq_len < 1 or > info().context_length.
   virtual absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const = 0;
+
+  // A batched decoder over this model's contexts for steps of up to
+  // `max_batch` contexts. INVALID_ARGUMENT unless 1 <= max_batch <= kMaxBatch.
+  virtual absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const = 0;
 };
 
 // Largest number of tokens one Prefill call accepts; longer prompts are fed in
@@ -95,6 +101,45 @@ class DecodeContext {
   // Data-node bindings the held plan keeps (0 before the first Decode).
   virtual int64_t bound_nodes() const = 0;
 };
+
+// Steps many decode contexts of one model in one plan run (batched decode):
+// one token row per context, every matmul reading each weight block once for
+// all rows, each row attending over its own context's KV cache. Holds one
+// decode plan per batch-size bucket (BatchBuckets), built on first use and
+// reused by whichever contexts fill it; a step of n contexts runs the smallest
+// bucket >= n, padding the rest. A context's logits in a batch are
+// byte-identical to the same context decoded alone (DecodeContext::Decode).
+//
+// Not thread-safe: one per worker. Contexts stay owned by their sessions.
+class BatchDecoder {
+ public:
+  virtual ~BatchDecoder() = default;
+
+  // Appends tokens[i] to contexts[i] for every i and returns their logits
+  // [n, vocab] f32 row-major, valid until the next call. INVALID_ARGUMENT: no
+  // contexts, more than max_batch(), sizes that differ, a context twice or of
+  // another model, a token outside the vocabulary; RESOURCE_EXHAUSTED: a full
+  // context. Nothing is written to any context on error.
+  virtual absl::StatusOr<absl::Span<const float>> Decode(absl::Span<DecodeContext* const> contexts,
+                                                         absl::Span<const int32_t> tokens, Executor& executor) = 0;
+
+  virtual int32_t max_batch() const = 0;
+  // Rows of the plan a step of n contexts runs (the smallest bucket >= n).
+  virtual int32_t plan_rows(int32_t n) const = 0;
+  // Drops every held plan and its bindings (rebuilt on the next Decode).
+  virtual void Release() = 0;
+  // Data-node bindings the held plans keep.
+  virtual int64_t bound_nodes() const = 0;
+};
+
+// Largest --max_batch accepted.
+inline constexpr int32_t kMaxBatch = 64;
+
+// The plan sizes a BatchDecoder of `max_batch` keeps: 1, 2, 3, 4, 6, 8, 12,
+// 16, 24, 32, 48, 64 up to max_batch, and max_batch itself. A step pads to
+// the next bucket, so no step runs more than a third of its rows as padding
+// beyond 4 rows, while a worker holds at most a dozen plans.
+std::vector<int32_t> BatchBuckets(int32_t max_batch);
 
 // A CPU executor with `threads` compute threads (>= 1).
 std::unique_ptr<Executor> CreateCpuExecutor(int threads);

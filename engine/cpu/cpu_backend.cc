@@ -16,7 +16,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
-#include "engine/kv_cache.h"
+#include "engine/kv_rows.h"
 #include "engine/quant/quant.h"
 
 namespace decoded {
@@ -56,11 +56,9 @@ struct Step {
   size_t w_row_bytes = 0;
   size_t xq_row_bytes = 0;
   int64_t k = 0;
-  // kv write / attention
-  float* cache = nullptr;
-  const float* kcache = nullptr;
-  const float* vcache = nullptr;
-  int32_t capacity = 0;
+  // kv write / attention: the step's KV binding table (engine/kv_rows.h)
+  const int64_t* kv_rows = nullptr;
+  int64_t kv_row_stride = 0;
   int64_t rows = 0;  // rows of the step's main input
   cpu::MoeFfnArgs moe;  // kMoeFfn, workspace in the plan's moe_workspace_
 };
@@ -118,20 +116,35 @@ class CpuPlan final : public CompiledPlan {
         }
       }
       if (n.op == Op::kKvWrite || n.op == Op::kAttention) {
-        if (res.kv == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.name, " needs a KV cache"));
         const int32_t layer = n.op == Op::kKvWrite ? n.kv_write.layer : n.attention.layer;
-        if (layer < 0 || layer >= res.kv->n_layers()) {
-          return absl::InvalidArgumentError(absl::StrCat(n.name, ": layer ", layer, " outside the KV cache"));
+        if (layer < 0 || layer >= res.kv_layers) {
+          return absl::InvalidArgumentError(absl::StrCat(n.name, ": layer ", layer, " outside the KV caches' ",
+                                                         res.kv_layers));
         }
-        s.capacity = res.kv->capacity();
-        const KvLayout& kl = res.kv->layout();
+        // The binding table: one row per token row, as wide as the layers.
+        const NodeId table = n.src[n.op == Op::kKvWrite ? 1 : 2];
+        const Node& t = nodes[static_cast<size_t>(table)];
+        const Node& x = nodes[static_cast<size_t>(n.src[0])];
+        if (t.dtype != DType::kI64 || t.cols != KvRowStride(res.kv_layers) || t.rows != x.rows) {
+          return absl::InvalidArgumentError(absl::StrCat(n.name, ": KV binding table ", t.name, " is not i64 [",
+                                                         x.rows, ", ", KvRowStride(res.kv_layers), "]"));
+        }
+        s.kv_rows = static_cast<const int64_t*>(ptr(table));
+        s.kv_row_stride = t.cols;
+        const KvLayout& kl = res.kv_layout;
         if (n.op == Op::kKvWrite) {
           const KvWriteAttrs& a = n.kv_write;
           if (a.n_kv_heads != kl.n_kv_heads || a.head_dim != (a.is_v ? kl.v_dim : kl.k_dim) ||
               (a.is_v && kl.v_in_k)) {
             return absl::InvalidArgumentError(absl::StrCat(n.name, ": KV geometry mismatch"));
           }
-          s.cache = a.is_v ? res.kv->v(layer) : res.kv->k(layer);
+          if (a.offset_path == KvOffsetPath::kDeviceOffset) {
+            const Node& off = nodes[static_cast<size_t>(n.src[2])];
+            if (off.dtype != DType::kI32 || off.rows * off.cols != x.rows) {
+              return absl::InvalidArgumentError(absl::StrCat(n.name, ": offset node ", off.name, " is not i32 [1, ",
+                                                             x.rows, "]"));
+            }
+          }
         } else {
           const AttentionAttrs& a = n.attention;
           if (a.n_kv_heads != kl.n_kv_heads || a.k_dim != kl.k_dim || a.v_dim != kl.v_dim || a.v_in_k != kl.v_in_k ||
@@ -142,8 +155,6 @@ class CpuPlan final : public CompiledPlan {
             return absl::InvalidArgumentError(absl::StrCat(n.name, ": value width ", a.v_dim, " exceeds ",
                                                            cpu::kMaxValueDim));
           }
-          s.kcache = res.kv->k(layer);
-          s.vcache = kl.v_in_k ? s.kcache : res.kv->v(layer);
         }
       }
       if (n.op == Op::kMoeFfn) {
@@ -306,19 +317,25 @@ class CpuPlan final : public CompiledPlan {
       }
       case Op::kKvWrite: {
         if (ith != 0) break;
-        const int32_t off = n.kv_write.offset_path == KvOffsetPath::kDeviceOffset
-                                ? *static_cast<const int32_t*>(s.src[1])
-                                : env_->kv_pos;
-        if (off < 0 || static_cast<int64_t>(off) + s.rows > s.capacity) {
+        const bool device = n.kv_write.offset_path == KvOffsetPath::kDeviceOffset;
+        const auto* offsets = device ? static_cast<const int32_t*>(s.src[2]) : env_->kv_pos.data();
+        if (!device && static_cast<int64_t>(env_->kv_pos.size()) < s.rows) {
           kv_fault_.store(true, std::memory_order_relaxed);
           break;
         }
         const auto* x = static_cast<const float*>(s.src[0]);
         const int32_t heads = n.kv_write.n_kv_heads, hd = n.kv_write.head_dim;
         for (int64_t t = 0; t < s.rows; ++t) {
+          const KvRowView cache = ReadKvRow(s.kv_rows, s.kv_row_stride, t, n.kv_write.layer);
+          float* dst = n.kv_write.is_v ? cache.v : cache.k;
+          const int32_t off = offsets[t];
+          if (dst == nullptr || off < 0 || off >= cache.capacity) {
+            kv_fault_.store(true, std::memory_order_relaxed);
+            continue;
+          }
           for (int32_t h = 0; h < heads; ++h) {
-            std::memcpy(s.cache + (static_cast<int64_t>(h) * s.capacity + off + t) * hd,
-                        x + (t * heads + h) * hd, static_cast<size_t>(hd) * sizeof(float));
+            std::memcpy(dst + (static_cast<int64_t>(h) * cache.capacity + off) * hd, x + (t * heads + h) * hd,
+                        static_cast<size_t>(hd) * sizeof(float));
           }
         }
         break;
@@ -326,9 +343,9 @@ class CpuPlan final : public CompiledPlan {
       case Op::kAttention: {
         const AttentionAttrs& a = n.attention;
         const auto* bounds = static_cast<const int32_t*>(s.src[1]) + static_cast<int64_t>(a.variant) * n.rows * 2;
-        cpu::Attention(static_cast<const float*>(s.src[0]), bounds, s.kcache, s.vcache, s.out, n.rows, a.n_heads,
-                       a.n_kv_heads, a.k_dim, a.v_dim, a.v_in_k ? a.k_dim : a.v_dim, s.capacity, a.scale, a.softcap,
-                       ith, nth);
+        cpu::Attention(static_cast<const float*>(s.src[0]), bounds, s.kv_rows, s.kv_row_stride, a.layer, s.out,
+                       n.rows, a.n_heads, a.n_kv_heads, a.k_dim, a.v_dim, a.v_in_k ? a.k_dim : a.v_dim, a.scale,
+                       a.softcap, ith, nth);
         break;
       }
       case Op::kHeadSlice: {

@@ -74,18 +74,23 @@ void RopeNeox(const float* x, const float* cos, const float* sin, float* out, in
 void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out, int64_t seq,
                   int32_t n_heads, int32_t head_dim, int32_t rot_dim, int ith, int nth);
 
-// Scaled dot-product attention (Vaswani et al. 2017) for query rows [seq]
-// against cache rows [lo_i, hi_i) given by `bounds` ([seq, 2] i32), one-pass
-// online softmax (Milakov & Gimelshein 2018). q [seq, n_heads * k_dim];
-// out [seq, n_heads * v_dim]; k [n_kv_heads, capacity, k_dim]; v
-// [n_kv_heads, capacity, v_stride] of which each row's first v_dim floats
-// are the value (v_stride == v_dim for a V slot; v == k and v_stride == k_dim
-// when the value lives inside the K row, MLA's latent). v_dim <= kMaxValueDim.
-// softcap > 0 applies cap * tanh(score / cap) to the scaled scores (Gemma 2).
+// Scaled dot-product attention (Vaswani et al. 2017) for query rows [seq],
+// row t against rows [lo_t, hi_t) (`bounds`, [seq, 2] i32) of layer `layer`
+// of ITS OWN cache, kv_rows row t (engine/kv_rows.h, int64 [seq,
+// kv_row_stride]: a prefill chunk's rows share one cache, a batched decode
+// step's rows each have their own). One-pass online softmax (Milakov &
+// Gimelshein 2018). q [seq, n_heads * k_dim]; out [seq, n_heads * v_dim]; a
+// cache's K is [n_kv_heads, capacity, k_dim] and V [n_kv_heads, capacity,
+// v_stride] of which each row's first v_dim floats are the value (v_stride ==
+// v_dim for a V slot; the K buffer and v_stride == k_dim when the value lives
+// inside the K row, MLA's latent). v_dim <= kMaxValueDim. softcap > 0 applies
+// cap * tanh(score / cap) to the scaled scores (Gemma 2). Each (row, head) is
+// computed by one thread in a fixed order: a row's output does not depend on
+// seq, on the other rows, or on the thread count.
 inline constexpr int32_t kMaxValueDim = 1024;
-void Attention(const float* q, const int32_t* bounds, const float* k, const float* v, float* out,
-               int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim, int32_t v_stride,
-               int32_t capacity, float scale, float softcap, int ith, int nth);
+void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, int64_t kv_row_stride, int32_t layer,
+               float* out, int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim,
+               int32_t v_stride, float scale, float softcap, int ith, int nth);
 
 // out[r, g*count + c] = x[r, g*width + begin + c] for g < n_groups.
 void HeadSlice(const float* x, float* out, int64_t rows, int32_t n_groups, int32_t width, int32_t begin,

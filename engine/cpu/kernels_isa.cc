@@ -11,6 +11,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_isa.h"
+#include "engine/kv_rows.h"
 #include "engine/quant/quant.h"
 
 namespace decoded::cpu::DECODED_ISA_NS {
@@ -206,9 +207,9 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
   }
 }
 
-void Attention(const float* q, const int32_t* bounds, const float* k, const float* v, float* out, int64_t seq,
-               int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim, int32_t v_stride,
-               int32_t capacity, float scale, float softcap, int ith, int nth) {
+void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, int64_t kv_row_stride, int32_t layer,
+               float* out, int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim,
+               int32_t v_stride, float scale, float softcap, int ith, int nth) {
   const int32_t group = n_heads / n_kv_heads;
   const int64_t items = seq * n_heads;
   int64_t b, e;
@@ -219,8 +220,9 @@ void Attention(const float* q, const int32_t* bounds, const float* k, const floa
     const int32_t h = static_cast<int32_t>(it % n_heads);
     const int32_t kvh = h / group;
     const float* qh = q + it * k_dim;
-    const float* kh = k + static_cast<int64_t>(kvh) * capacity * k_dim;
-    const float* vh = v + static_cast<int64_t>(kvh) * capacity * v_stride;
+    const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t, layer);
+    const float* kh = cache.k + static_cast<int64_t>(kvh) * cache.capacity * k_dim;
+    const float* vh = cache.v + static_cast<int64_t>(kvh) * cache.capacity * v_stride;
     const int32_t lo = bounds[2 * t];
     const int32_t hi = bounds[2 * t + 1];
     float m = -std::numeric_limits<float>::infinity();

@@ -41,10 +41,11 @@
      int32_t rot_dim, int ith, int nth),                                                                              \
     (x, cos, sin, out, seq, n_heads, head_dim, rot_dim, ith, nth))                                                    \
   X(void, Attention,                                                                                                  \
-    (const float* q, const int32_t* bounds, const float* k, const float* v, float* out, int64_t seq, int32_t n_heads, \
-     int32_t n_kv_heads, int32_t k_dim, int32_t v_dim, int32_t v_stride, int32_t capacity, float scale,               \
+    (const float* q, const int32_t* bounds, const int64_t* kv_rows, int64_t kv_row_stride, int32_t layer, float* out, \
+     int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim, int32_t v_stride, float scale,   \
      float softcap, int ith, int nth),                                                                                \
-    (q, bounds, k, v, out, seq, n_heads, n_kv_heads, k_dim, v_dim, v_stride, capacity, scale, softcap, ith, nth))     \
+    (q, bounds, kv_rows, kv_row_stride, layer, out, seq, n_heads, n_kv_heads, k_dim, v_dim, v_stride, scale, softcap, \
+     ith, nth))                                                                                                       \
   X(void, HeadSlice,                                                                                                  \
     (const float* x, float* out, int64_t rows, int32_t n_groups, int32_t width, int32_t begin, int32_t count,         \
      int ith, int nth),                                                                                               \

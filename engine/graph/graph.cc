@@ -161,18 +161,19 @@ NodeId Graph::rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_
   return push(std::move(n));
 }
 
-NodeId Graph::kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
+NodeId Graph::kv_write(NodeId x, NodeId kv_rows, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
                        KvOffsetPath path, NodeId offset, std::string name) {
-  std::vector<NodeId> src = {x};
+  std::vector<NodeId> src = {x, kv_rows};
   if (path == KvOffsetPath::kDeviceOffset) src.push_back(offset);
   Node n = F32Node(Op::kKvWrite, 0, 0, std::move(src), std::move(name));
   n.kv_write = {layer, is_v, n_kv_heads, head_dim, path};
   return push(std::move(n));
 }
 
-NodeId Graph::attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer, int32_t variant,
-                        int32_t n_heads, const KvLayout& layout, float scale, float softcap, std::string name) {
-  std::vector<NodeId> src = {q, mask, kwrite};
+NodeId Graph::attention(NodeId q, NodeId mask, NodeId kv_rows, NodeId kwrite, NodeId vwrite, int32_t layer,
+                        int32_t variant, int32_t n_heads, const KvLayout& layout, float scale, float softcap,
+                        std::string name) {
+  std::vector<NodeId> src = {q, mask, kv_rows, kwrite};
   if (vwrite != kNoNode) src.push_back(vwrite);
   Node n = F32Node(Op::kAttention, node(q).rows, static_cast<int64_t>(n_heads) * layout.v_dim, std::move(src),
                    std::move(name));

@@ -66,8 +66,8 @@ enum class Op : uint8_t {
   kSoftcap,      // out = f0 * tanh(x / f0)               src: x
   kTakeLastRow,  // out[0] = x[rows - 1]                  src: x
   kRope,         // rotary embedding of each head's first rope.rot_dims, paired per rope.pairing; src: x, cos, sin
-  kKvWrite,      // writes x's rows into the KV cache at the step's offset; src: x [, offset]
-  kAttention,    // causal/windowed attention over the KV cache; src: q, mask, kwrite [, vwrite]
+  kKvWrite,      // writes row t of x into row t's KV cache at row t's offset; src: x, kv_rows [, offset]
+  kAttention,    // causal/windowed attention of row t over row t's KV cache; src: q, mask, kv_rows, kwrite [, vwrite]
   kMoeFfn,       // routed SwiGLU experts: see Graph::moe_ffn; src: x, router_logits, gate_exps, up_exps, down_exps[, bias]
   kHeadSlice,    // out[r, g*count + c] = x[r, g*width + begin + c]   src: x
   kHeadConcat,   // per group g: out row = [a's group g, b's group g]  src: a, b
@@ -86,8 +86,8 @@ enum class RopePairing : uint8_t {
 
 // Where a KV write takes its row offset from (seed: the two KV-write offset paths).
 enum class KvOffsetPath : uint8_t {
-  kDeviceOffset,  // an i32 [1,1] data node read by the kernel at launch (capture-safe)
-  kSymbol,        // the host symbol SymEnv::kv_pos, bound per step
+  kDeviceOffset,  // an i32 [1, seq] data node (one offset per token row) read by the kernel at launch (capture-safe)
+  kSymbol,        // the host symbols SymEnv::kv_pos (one per token row), bound per step
 };
 
 struct RopeAttrs {
@@ -164,8 +164,9 @@ enum class DataSlot : int32_t {
   kRopeCos = 1,    // f32 [n_rope_variants * seq, rot_dims / 2]
   kRopeSin = 2,    // f32 [n_rope_variants * seq, rot_dims / 2]
   kMask = 3,       // i32 [n_mask_variants * seq, 2]: visible key range [lo, hi) per query row
-  kKvOffset = 4,   // i32 [1, 1]: first KV row this step writes (device-offset path only)
-  kCount = 5,
+  kKvOffset = 4,   // i32 [1, seq]: the KV row each token row writes (device-offset path only)
+  kKvRows = 5,     // i64 [seq, KvRowStride(n_layers)]: each token row's KV cache (engine/kv_rows.h)
+  kCount = 6,
 };
 
 class Graph {
@@ -211,20 +212,22 @@ class Graph {
   // rot_dims (even, <= head_dim) of each head. Attributes: Node::rope.
   NodeId rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,
               int32_t head_dim, int32_t rot_dims, RopePairing pairing, std::string name);
-  // Writes x [seq, n_kv_heads * head_dim] into layer `layer`'s K (is_v = false)
-  // or V cache rows [offset, offset + seq). `offset` is the i32 data node for
-  // the device-offset path, kNoNode for the symbol path.
-  // Attributes: Node::kv_write. Output: [0, 0] (an effect).
-  NodeId kv_write(NodeId x, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
+  // Writes row t of x [seq, n_kv_heads * head_dim] into layer `layer`'s K
+  // (is_v = false) or V buffer of row t's cache (kv_rows, i64
+  // [seq, KvRowStride]: engine/kv_rows.h) at row t's offset. `offset` is the
+  // i32 [1, seq] data node of the device-offset path, kNoNode for the symbol
+  // path. Attributes: Node::kv_write. Output: [0, 0] (an effect).
+  NodeId kv_write(NodeId x, NodeId kv_rows, int32_t layer, bool is_v, int32_t n_kv_heads, int32_t head_dim,
                   KvOffsetPath path, NodeId offset, std::string name);
-  // q [seq, n_heads * layout.k_dim] against layer `layer`'s cache rows named
-  // by mask rows [variant * seq, (variant + 1) * seq); output
-  // [seq, n_heads * layout.v_dim]. Reads after kwrite and vwrite (kNoNode when
-  // layout.v_in_k: the value is then the first v_dim columns of the K row).
-  // layout.n_kv_heads divides n_heads (GQA). Attributes: Node::attention
-  // (softcap 0 = none).
-  NodeId attention(NodeId q, NodeId mask, NodeId kwrite, NodeId vwrite, int32_t layer, int32_t variant,
-                   int32_t n_heads, const KvLayout& layout, float scale, float softcap, std::string name);
+  // Row t of q [seq, n_heads * layout.k_dim] against layer `layer` of row t's
+  // cache (kv_rows), over the key rows named by mask row variant * seq + t;
+  // output [seq, n_heads * layout.v_dim]. Reads after kwrite and vwrite
+  // (kNoNode when layout.v_in_k: the value is then the first v_dim columns of
+  // the K row). layout.n_kv_heads divides n_heads (GQA). Attributes:
+  // Node::attention (softcap 0 = none).
+  NodeId attention(NodeId q, NodeId mask, NodeId kv_rows, NodeId kwrite, NodeId vwrite, int32_t layer,
+                   int32_t variant, int32_t n_heads, const KvLayout& layout, float scale, float softcap,
+                   std::string name);
 
   // ---- per-group (per-head) column ops ----
   // x [r, n_groups * width] -> [r, n_groups * count]: columns

@@ -12,6 +12,7 @@
 
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
+#include "engine/kv_rows.h"
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
 #include "tests/common/per_cpu_isa.h"
@@ -556,8 +557,11 @@ TEST_P(CpuKernelsTest, AttentionReadsTheValueFromTheLeadingColumnsOfTheKeyRow) {
   const std::vector<float> q = Random(seq * heads * k_dim, 8);
   const int32_t bounds[] = {0, 4, 1, 5};  // row 0 sees keys [0, 4), row 1 [1, 5)
   std::vector<float> out(seq * heads * v_dim, -1.0f);
-  Attention(q.data(), bounds, k.data(), k.data(), out.data(), seq, heads, /*n_kv_heads=*/1, k_dim, v_dim,
-            /*v_stride=*/k_dim, capacity, scale, /*softcap=*/0.0f, 0, 1);
+  // Both rows address the one cache (layer 0, no V buffer).
+  const int64_t k_addr = static_cast<int64_t>(reinterpret_cast<intptr_t>(k.data()));
+  const int64_t kv_rows[] = {capacity, k_addr, 0, capacity, k_addr, 0};
+  Attention(q.data(), bounds, kv_rows, KvRowStride(1), /*layer=*/0, out.data(), seq, heads, /*n_kv_heads=*/1, k_dim,
+            v_dim, /*v_stride=*/k_dim, scale, /*softcap=*/0.0f, 0, 1);
   for (int32_t t = 0; t < seq; ++t) {
     for (int32_t h = 0; h < heads; ++h) {
       const float* qh = q.data() + (t * heads + h) * k_dim;

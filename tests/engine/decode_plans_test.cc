@@ -282,7 +282,9 @@ TEST(DecodeMaskTest, BoundsMatchDenseDefinitionAroundTheWindow) {
     for (int32_t seq : {1, 3}) {
       const int32_t pos0 = len;  // queries at positions len .. len+seq-1
       std::vector<int32_t> bounds(static_cast<size_t>(plan->n_variants()) * seq * 2);
-      build_decode_mask_variants(*plan, seq, pos0, bounds.data());
+      std::vector<int32_t> positions(static_cast<size_t>(seq));
+      for (int32_t i = 0; i < seq; ++i) positions[static_cast<size_t>(i)] = pos0 + i;
+      build_decode_mask_variants(*plan, positions, bounds.data());
       for (int32_t v = 0; v < plan->n_variants(); ++v) {
         const int32_t win = plan->window(v);
         for (int32_t i = 0; i < seq; ++i) {
@@ -306,7 +308,7 @@ TEST(DecodeTokenHostTest, RopeTablesFollowTheFormulaPerVariant) {
   DecodeTokenHost host;
   const std::vector<int32_t> tokens = {5, 6};
   ASSERT_TRUE(compute_decode_token_host(*mask, *rope, tokens, 7, &host).ok());
-  EXPECT_EQ(host.kv_offset, 7);
+  EXPECT_EQ(host.positions, (std::vector<int32_t>{7, 8}));
   ASSERT_EQ(host.rope_cos.size(), 2u * 2u * 2u);
   // variant 1, token 1 (position 8, scaled to 4), frequency index 1: 1e6^(-2/4).
   const double angle = 8 * 0.5 * std::pow(1e6, -0.5);

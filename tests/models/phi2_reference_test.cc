@@ -209,7 +209,7 @@ TEST(Phi2Test, DefaultKvOffsetPathIsTheSymbol) {
     if (n.op != Op::kKvWrite) continue;
     ++kv_writes;
     EXPECT_EQ(n.kv_write.offset_path, KvOffsetPath::kSymbol) << n.name;
-    EXPECT_EQ(n.src.size(), 1u) << n.name;
+    EXPECT_EQ(n.src.size(), 2u) << n.name;  // x and the KV binding table, no offset node
   }
   EXPECT_EQ(kv_writes, 2 * f.model->dims().n_layers);
 }
