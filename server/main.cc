@@ -49,6 +49,8 @@ ABSL_FLAG(int, threads, 0,
           "compute threads per worker; 0: the CPUs this process may use (cgroup CPU quota, affinity mask) "
           "divided among --workers, at least 1");
 ABSL_FLAG(int, max_sessions, 16, "open sessions beyond which streams get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_batch, 16,
+          "decode sessions a worker steps together in one plan run (continuous batching; 1 = one at a time, <= 64)");
 ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, context_length, 2048, "KV capacity of one session, in tokens");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; with --tls_key enables TLS");
@@ -169,6 +171,7 @@ int main(int argc, char** argv) {
   engine_options.workers = workers;
   engine_options.threads_per_worker = threads;
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  engine_options.max_batch = absl::GetFlag(FLAGS_max_batch);
   engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);
   engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);
@@ -190,7 +193,7 @@ int main(int argc, char** argv) {
   }
   engine_options.kv_budget_bytes = kv_budget_mb * (int64_t{1} << 20);
   decoded::server::ServerMetrics* metrics = &(*server)->metrics();
-  engine_options.on_step = [metrics](bool prefill, double seconds) { metrics->Step(prefill, seconds); };
+  engine_options.on_step = [metrics](const decoded::serving::StepInfo& step) { metrics->Step(step); };
   auto engine = decoded::serving::Engine::Create(engine_options);
   if (!engine.ok()) {
     std::cerr << "decoded: " << engine.status() << "\n";

@@ -54,7 +54,9 @@ class ServerMetrics {
   void TokenGenerated();
   void TurnEnded(const serving::TurnEnd& end);
   void InterToken(double seconds);
-  void Step(bool prefill, double seconds);
+  // decoded_step_duration_seconds by phase, decoded_step_tokens by phase,
+  // and for decode steps decoded_batch_size (sessions stepped together).
+  void Step(const serving::StepInfo& step);
 
   // Body of a scrape, as the exposer would serve it (tests, debugging).
   std::string Render() const;
@@ -76,6 +78,9 @@ class ServerMetrics {
   prometheus::Histogram* queue_time_;
   prometheus::Histogram* step_prefill_;
   prometheus::Histogram* step_decode_;
+  prometheus::Histogram* step_tokens_prefill_;
+  prometheus::Histogram* step_tokens_decode_;
+  prometheus::Histogram* batch_size_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
 };

@@ -7,6 +7,7 @@
 #   DECODED_WORKERS         --workers
 #   DECODED_THREADS         --threads          (unset: the container's CPU quota / workers)
 #   DECODED_MAX_SESSIONS    --max_sessions
+#   DECODED_MAX_BATCH       --max_batch
 #   DECODED_CONTEXT_LENGTH  --context_length
 #   DECODED_KV_BUDGET_MB    --kv_budget_mb
 #   DECODED_DRAIN_SECONDS   --drain_seconds
@@ -41,6 +42,7 @@ add() {  # add FLAG VARIABLE: --FLAG=$VARIABLE when the variable is set and not 
 add workers DECODED_WORKERS
 add threads DECODED_THREADS
 add max_sessions DECODED_MAX_SESSIONS
+add max_batch DECODED_MAX_BATCH
 add context_length DECODED_CONTEXT_LENGTH
 add kv_budget_mb DECODED_KV_BUDGET_MB
 add drain_seconds DECODED_DRAIN_SECONDS

@@ -43,6 +43,9 @@ class RealServingModel final : public ServingModel {
     return model_->tokenizer().EncodeChat(messages, /*add_generation_prompt=*/true, parse_special_in_chat_content_);
   }
   int32_t bos_id() const override { return model_->tokenizer().bos_id(); }
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override {
+    return model_->NewBatchDecoder(max_batch);
+  }
   const Model& model() const { return *model_; }
 
  private:
@@ -71,6 +74,9 @@ absl::Status CheckOptions(const EngineOptions& o) {
   if (o.max_queued < 1) return absl::InvalidArgumentError("max_queued must be >= 1");
   if (o.context_length < 1) return absl::InvalidArgumentError("context_length must be >= 1");
   if (o.max_unconsumed_events < 1) return absl::InvalidArgumentError("max_unconsumed_events must be >= 1");
+  if (o.max_batch < 1 || o.max_batch > kMaxBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batch must be in [1, ", kMaxBatch, "]"));
+  }
   return absl::OkStatus();
 }
 
@@ -137,6 +143,7 @@ class EngineImpl final : public Engine {
     so.max_unconsumed_events = options.max_unconsumed_events;
     const int threads = options.threads_per_worker;
     so.make_executor = [threads] { return CreateCpuExecutor(threads); };
+    so.max_batch = options.max_batch;
     so.on_step = options.on_step;
     scheduler_ = std::make_unique<Scheduler>(model_.get(), std::move(so));
   }

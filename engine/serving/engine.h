@@ -121,6 +121,15 @@ class TurnSink {
 // ----------------------------------------------------------------------------
 // Engine.
 
+// One worker step, as metrics see it.
+struct StepInfo {
+  bool prefill = false;  // a prefill chunk of one session, else a decode step
+  double seconds = 0;    // duration of the model call
+  // Tokens the step put through the model: the chunk's tokens, or the decode
+  // step's rows (one per session stepped: its batch size).
+  int32_t tokens = 0;
+};
+
 struct EngineOptions {
   std::string model_path;
   int workers = 1;              // fixed worker pool size (>= 1)
@@ -143,9 +152,13 @@ struct EngineOptions {
   // --chat-template): for files without one. "" = the file's. Engine::Create
   // fails with INVALID_ARGUMENT when it cannot be parsed.
   std::string chat_template;
+  // Decode sessions one worker steps together (continuous batching: each
+  // decode step takes every runnable decoding session, up to this many, into
+  // one plan run). 1 steps sessions one at a time. 1..kMaxBatch.
+  int max_batch = 16;
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
-  std::function<void(bool prefill, double seconds)> on_step;
+  std::function<void(const StepInfo&)> on_step;
 };
 
 struct EngineModelInfo {

@@ -371,7 +371,11 @@ void Scheduler::RecordTurn(Session* s, const TurnRunner& turn) {
   if (turn.generated() > 0) s->conversation.push_back(ChatMessage{"assistant", turn.reply_text()});
 }
 
-bool Scheduler::HasWorkOrStopping() const { return stopping_ || !runnable_.empty(); }
+bool Scheduler::WorkerHasWork(WorkerWake* wake) {
+  const Scheduler* self = wake->scheduler;
+  self->mu_.AssertReaderHeld();
+  return self->stopping_ || !self->runnable_.empty() || (*wake->holds_plans && self->open_ == 0);
+}
 
 void Scheduler::MaybeEnqueue(Session* s) {
   if (s->queued || s->running || !s->HasStep()) return;
@@ -379,97 +383,177 @@ void Scheduler::MaybeEnqueue(Session* s) {
   runnable_.push_back(s);
 }
 
+bool Scheduler::DecodeReady(const Session* s) const {
+  return !s->end_request && s->turn->PendingDecodeToken().has_value();
+}
+
+void Scheduler::PickLocked(std::vector<Picked>& picked) {
+  auto first = runnable_.begin();
+  auto take = [&](std::deque<Session*>::iterator it) {
+    Session* s = *it;
+    s->queued = false;
+    s->running = true;
+    s->step_started = Clock::now();
+    if (!s->turn_started) {
+      s->turn_started = true;
+      --not_started_;
+    }
+    picked.push_back(Picked{s, s->turn.get(), s->sink, s->end_request});
+    return runnable_.erase(it);
+  };
+  const bool batch = DecodeReady(*first);
+  take(first);
+  if (!batch) return;
+  // Continuous batching: every other session waiting to decode joins this
+  // step, in queue order, up to max_batch.
+  const size_t max_batch = static_cast<size_t>(std::max(1, options_.max_batch));
+  for (auto it = runnable_.begin(); it != runnable_.end() && picked.size() < max_batch;) {
+    it = DecodeReady(*it) ? take(it) : it + 1;
+  }
+}
+
 void Scheduler::WorkerLoop() {
   std::unique_ptr<Executor> executor = options_.make_executor();
+  // The worker's held decode plans, one per batch-size bucket. A model that
+  // cannot make one (max_batch out of range) is stepped session by session.
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> made = model_->NewBatchDecoder(std::max(1, options_.max_batch));
+  std::unique_ptr<BatchDecoder> decoder = made.ok() ? *std::move(made) : nullptr;
+  bool holds_plans = false;
+  std::vector<Picked> picked;
+  std::vector<StepOutput> outs;
+  std::vector<DecodeContext*> contexts;
+  std::vector<int32_t> tokens;
   for (;;) {
-    // Pick the next session.
-    Session* s;
-    TurnRunner* turn;
-    TurnSink* sink;
-    std::optional<FinishReason> end_request;
-    bool others_waiting;
+    picked.clear();
+    bool others_waiting = false;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &Scheduler::HasWorkOrStopping));
+      WorkerWake wake{this, &holds_plans};
+      mu_.Await(absl::Condition(&Scheduler::WorkerHasWork, &wake));
       if (stopping_) return;
-      s = runnable_.front();
-      runnable_.pop_front();
-      s->queued = false;
-      s->running = true;
-      s->step_started = Clock::now();
-      ++busy_;
-      if (!s->turn_started) {
-        s->turn_started = true;
-        --not_started_;
+      if (!runnable_.empty()) {
+        PickLocked(picked);
+        busy_ += 1;
+        others_waiting = !runnable_.empty();
       }
-      turn = s->turn.get();
-      sink = s->sink;
-      end_request = s->end_request;
-      others_waiting = !runnable_.empty();
+    }
+    if (picked.empty()) {
+      // No session is open: give the plans' memory and bindings back; they
+      // are rebuilt by the next decode step.
+      if (decoder != nullptr) decoder->Release();
+      holds_plans = false;
+      heap_trimmer_.Request();
+      continue;
     }
 
-    // Step it (or end it, when asked to before this step).
-    StepOutput out;
-    if (end_request) {
-      out.end = turn->End(*end_request);
+    // Step: end a turn asked to end, run a prefill chunk, or run one decode
+    // step for every picked session at once.
+    outs.assign(picked.size(), StepOutput{});
+    const Picked& p0 = picked.front();
+    if (picked.size() == 1 && (p0.end_request || !p0.turn->PendingDecodeToken())) {
+      if (p0.end_request) {
+        outs[0].end = p0.turn->End(*p0.end_request);
+      } else {
+        outs[0] = p0.turn->Step(*p0.session->ctx, *executor, others_waiting ? kSharedPrefillChunk : kMaxPrefillChunk);
+        if (options_.on_step && outs[0].seconds > 0) {
+          options_.on_step(StepInfo{outs[0].prefill, outs[0].seconds, outs[0].fed});
+        }
+      }
     } else {
-      out = turn->Step(*s->ctx, *executor, others_waiting ? kSharedPrefillChunk : kMaxPrefillChunk);
-      if (options_.on_step && out.seconds > 0) options_.on_step(out.prefill, out.seconds);
+      contexts.clear();
+      tokens.clear();
+      for (const Picked& p : picked) {
+        contexts.push_back(p.session->ctx.get());
+        tokens.push_back(*p.turn->PendingDecodeToken());
+      }
+      const Clock::time_point start = Clock::now();
+      absl::StatusOr<absl::Span<const float>> logits =
+          decoder != nullptr ? decoder->Decode(contexts, tokens, *executor)
+                             : absl::StatusOr<absl::Span<const float>>(absl::UnimplementedError("no batched decoder"));
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (logits.ok() || (picked.size() == 1 && decoder != nullptr)) {
+        const size_t vocab = picked.size() == 1 || !logits.ok() ? 0 : logits->size() / picked.size();
+        for (size_t i = 0; i < picked.size(); ++i) {
+          absl::StatusOr<absl::Span<const float>> row =
+              logits.ok() ? absl::StatusOr<absl::Span<const float>>(
+                                picked.size() == 1 ? *logits : logits->subspan(i * vocab, vocab))
+                          : logits.status();
+          outs[i] = picked[i].turn->FinishDecode(std::move(row), seconds, *contexts[i]);
+        }
+        if (options_.on_step) options_.on_step(StepInfo{false, seconds, static_cast<int32_t>(picked.size())});
+      } else {
+        // A batched step refuses as a whole (nothing is written): step each
+        // session alone so the error lands on the session it belongs to.
+        for (size_t i = 0; i < picked.size(); ++i) {
+          outs[i] = picked[i].turn->Step(*contexts[i], *executor);
+          if (options_.on_step && outs[i].seconds > 0) options_.on_step(StepInfo{false, outs[i].seconds, 1});
+        }
+      }
+      holds_plans = decoder != nullptr && decoder->bound_nodes() > 0;
     }
-
-    // The session is idle for new turns before its end event goes out, so a
-    // client that answers the TurnEnd at once is never refused. A turn held
-    // behind a cancelled one starts now, from the context the cancel left.
-    std::unique_ptr<TurnRunner> finished;
-    TurnSink* refused_sink = nullptr;
-    TurnEnd refused;
+    for (size_t i = 0; i < picked.size(); ++i) FinishStep(picked[i], std::move(outs[i]));
     {
       absl::MutexLock lock(&mu_);
-      // Spent before the events go out: the client may consume them (and
-      // give the credit back) before this worker is done emitting.
-      s->credits -= static_cast<int>(out.tokens.size());
-      if (out.end) {
-        if (out.nonfinite_logits) ++nonfinite_logits_turns_;
-        s->carry = turn->TakeCarry();
-        RecordTurn(s, *turn);
-        finished = std::move(s->turn);
-        s->sink = nullptr;
-        s->end_request.reset();
-        if (std::optional<Session::Held> held = std::exchange(s->held, std::nullopt); held && !s->closing) {
-          absl::Status started = shutting_down_ ? absl::UnavailableError("the server is shutting down")
-                                                : StartTurn(s, std::move(held->turn), held->sink, held->accepted);
-          if (started.ok() && held->cancelled) {
-            s->end_request = FinishReason::kCancelled;
-          } else if (!started.ok()) {
-            refused_sink = held->sink;
-            refused.reason = FinishReason::kError;
-            refused.error = std::move(started);
-          }
+      busy_ -= 1;
+    }
+  }
+}
+
+void Scheduler::FinishStep(const Picked& p, StepOutput out) {
+  Session* s = p.session;
+  TurnRunner* turn = p.turn;
+  TurnSink* sink = p.sink;
+  // The session is idle for new turns before its end event goes out, so a
+  // client that answers the TurnEnd at once is never refused. A turn held
+  // behind a cancelled one starts now, from the context the cancel left.
+  std::unique_ptr<TurnRunner> finished;
+  TurnSink* refused_sink = nullptr;
+  TurnEnd refused;
+  {
+    absl::MutexLock lock(&mu_);
+    // Spent before the events go out: the client may consume them (and
+    // give the credit back) before this worker is done emitting.
+    s->credits -= static_cast<int>(out.tokens.size());
+    if (out.end) {
+      if (out.nonfinite_logits) ++nonfinite_logits_turns_;
+      s->carry = turn->TakeCarry();
+      RecordTurn(s, *turn);
+      finished = std::move(s->turn);
+      s->sink = nullptr;
+      s->end_request.reset();
+      if (std::optional<Session::Held> held = std::exchange(s->held, std::nullopt); held && !s->closing) {
+        absl::Status started = shutting_down_ ? absl::UnavailableError("the server is shutting down")
+                                              : StartTurn(s, std::move(held->turn), held->sink, held->accepted);
+        if (started.ok() && held->cancelled) {
+          s->end_request = FinishReason::kCancelled;
+        } else if (!started.ok()) {
+          refused_sink = held->sink;
+          refused.reason = FinishReason::kError;
+          refused.error = std::move(started);
         }
       }
     }
-
-    // Emit its events. `running` still holds the session: no other worker can
-    // pick it and it cannot be destroyed, so the sink calls of one session
-    // never overlap and never outlive it.
-    for (const TokenEvent& event : out.tokens) sink->OnToken(event);
-    if (out.end) sink->OnTurnEnd(*out.end);
-    if (refused_sink != nullptr) refused_sink->OnTurnEnd(refused);
-    finished.reset();
-
-    std::unique_ptr<Session> dropped;
-    {
-      absl::MutexLock lock(&mu_);
-      s->running = false;
-      --busy_;
-      if (s->closing) {
-        dropped = TakeClosedLocked(s);
-      } else {
-        MaybeEnqueue(s);
-      }
-    }
-    if (dropped != nullptr) Release(std::move(dropped));
   }
+
+  // Emit its events. `running` still holds the session: no other worker can
+  // pick it and it cannot be destroyed, so the sink calls of one session
+  // never overlap and never outlive it.
+  for (const TokenEvent& event : out.tokens) sink->OnToken(event);
+  if (out.end) sink->OnTurnEnd(*out.end);
+  if (refused_sink != nullptr) refused_sink->OnTurnEnd(refused);
+  finished.reset();
+
+  std::unique_ptr<Session> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    s->running = false;
+    if (s->closing) {
+      dropped = TakeClosedLocked(s);
+    } else {
+      MaybeEnqueue(s);
+    }
+  }
+  if (dropped != nullptr) Release(std::move(dropped));
 }
 
 }  // namespace decoded::serving

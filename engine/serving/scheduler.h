@@ -1,12 +1,24 @@
 // The worker pool: W workers step decode sessions one step at a time.
 //
 // Contract (engine.h states what callers see):
-// - Runnable sessions wait in one FIFO queue. A worker pops the front session,
-//   runs ONE step of its turn (a prefill chunk, or one decode step and its
-//   sampling), emits that step's events, and pushes the session to the back if
-//   its turn has more work. So a session is in at most one place at a time
-//   (queue or one worker): its steps never overlap and every runnable session
-//   gets a step per round (round-robin fairness).
+// - Runnable sessions wait in one FIFO queue. A worker takes one step's
+//   sessions out of it, runs the step, emits the step's events, and pushes
+//   each session back if its turn has more work. A step is one of: ending a
+//   turn asked to end; one prefill chunk of one session; one decode step of
+//   every session waiting to decode, up to max_batch, in queue order
+//   (continuous batching: a session joins the batch at its next token and
+//   leaves it when its turn ends, is cancelled or its client goes, without
+//   stalling the others). A session is in at most one place at a time (queue
+//   or one worker): its steps never overlap, and every runnable session gets
+//   a step per round (round-robin fairness).
+// - Prefill interleaving bound: round-robin puts every other runnable
+//   session's step between two decode steps of a running session, and a
+//   prefill step is one chunk of at most kSharedPrefillChunk tokens while
+//   other sessions wait. So a long prompt delays each token of the running
+//   sessions by at most one such chunk (per prompt being prefilled), however
+//   long the prompt is.
+// - A worker holds its decode plans (one per batch-size bucket) while any
+//   session is open and releases them, with every binding, when none is.
 // - The scheduler is the one owner of a session's turn state: the running
 //   turn, a turn held behind a cancelled one, the carry token, the cancel and
 //   shutdown requests, and the client's event credit.
@@ -67,7 +79,8 @@ struct SchedulerOptions {
   int64_t kv_budget_bytes = 0;
   int max_unconsumed_events = 8;  // see EngineOptions
   std::function<std::unique_ptr<Executor>()> make_executor;
-  std::function<void(bool prefill, double seconds)> on_step;  // may be empty
+  int max_batch = 1;  // decode sessions stepped together (see EngineOptions)
+  std::function<void(const StepInfo&)> on_step;  // may be empty
 };
 
 class Scheduler {
@@ -99,8 +112,27 @@ class Scheduler {
  private:
   struct Session;
 
+  // A session a worker took for one step, with what the step needs of it.
+  struct Picked {
+    Session* session;
+    TurnRunner* turn;
+    TurnSink* sink;
+    std::optional<FinishReason> end_request;
+  };
+  // What a worker waits for: work, stop, or (holding plans) no open session.
+  struct WorkerWake {
+    const Scheduler* scheduler;
+    const bool* holds_plans;
+  };
+  static bool WorkerHasWork(WorkerWake* wake);
+
   void WorkerLoop();
-  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A queued session whose next step is a decode step (no end requested).
+  bool DecodeReady(const Session* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the sessions of one step out of the run queue (see the contract).
+  void PickLocked(std::vector<Picked>& picked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a step: credits, turn end, events, re-queue or release.
+  void FinishStep(const Picked& p, StepOutput out) ABSL_LOCKS_EXCLUDED(mu_);
   // A chat turn's whole conversation tokenized before the lock was taken,
   // valid while the session's version is unchanged.
   struct RenderedConversation {

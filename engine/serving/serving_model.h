@@ -46,6 +46,12 @@ class ServingModel {
   // rejects the conversation (e.g. roles that do not alternate).
   virtual absl::StatusOr<std::vector<int32_t>> EncodeConversation(absl::Span<const ChatMessage> messages) const = 0;
   virtual int32_t bos_id() const = 0;  // -1 when the vocabulary has none
+  // A worker's batched decoder for up to `max_batch` contexts per step
+  // (Model::NewBatchDecoder for the real model). The default steps each
+  // context alone through DecodeContext::Decode and gathers the rows: what a
+  // scripted fake's contexts support. INVALID_ARGUMENT unless
+  // 1 <= max_batch <= kMaxBatch.
+  virtual absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const;
 };
 
 }  // namespace decoded::serving

@@ -70,6 +70,7 @@ StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor, int32_t max_
     // The chunk is in the KV cache now, whatever its logits are.
     const size_t chunk_start = prefill_pos_;
     prefill_pos_ += n;
+    out.fed = static_cast<int32_t>(n);
     const int32_t vocab = model_.vocab_size();
     absl::Span<const float> last = *logits;
     if (turn_.prompt_logprobs) last = logits->subspan((n - 1) * vocab, vocab);
@@ -104,15 +105,27 @@ StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor, int32_t max_
   }
 
   // Decode: feed the token sampled last step, sample the next.
-  const int32_t token = *unfed_;
-  absl::StatusOr<absl::Span<const float>> logits = ctx.Decode(token, executor);
-  out.seconds = Seconds(Clock::now() - start);
-  decode_seconds_ += out.seconds;
+  absl::StatusOr<absl::Span<const float>> logits = ctx.Decode(*unfed_, executor);
+  return FinishDecode(std::move(logits), Seconds(Clock::now() - start), ctx);
+}
+
+std::optional<int32_t> TurnRunner::PendingDecodeToken() const {
+  if (prefill_pos_ < prefill_.size()) return std::nullopt;
+  return unfed_;
+}
+
+StepOutput TurnRunner::FinishDecode(absl::StatusOr<absl::Span<const float>> logits, double seconds,
+                                    DecodeContext& ctx) {
+  StepOutput out;
+  out.seconds = seconds;
+  decode_seconds_ += seconds;
   if (!logits.ok()) {
+    // The token stays unfed (it is the carry if the turn ends here).
     EndWithError(logits.status(), out);
     return out;
   }
   unfed_.reset();
+  out.fed = 1;
   if (!AllFinite(*logits)) {
     out.nonfinite_logits = true;
     EndWithError(absl::OkStatus(), out);

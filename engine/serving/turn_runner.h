@@ -55,6 +55,7 @@ struct PreparedTurn {
 struct StepOutput {
   bool prefill = false;   // the step ran Prefill (else Decode, or nothing)
   double seconds = 0;     // duration of the model call
+  int32_t fed = 0;        // tokens the model call put into the KV cache
   std::vector<TokenEvent> tokens;
   std::optional<TurnEnd> end;  // set when the turn ended with this step
   bool nonfinite_logits = false;  // the step ended the turn because of NaN/inf logits
@@ -75,6 +76,17 @@ class TurnRunner {
   // scheduler passes a small one while other sessions wait, so one long
   // prompt does not stall their decoding for a whole large chunk.
   StepOutput Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk = kMaxPrefillChunk);
+
+  // The token the next step feeds through Decode when that step is a decode
+  // step (the prompt is in the KV cache and a sampled token waits); nullopt
+  // when the next step prefills. A decode step may then run outside, batched
+  // with other sessions' (BatchDecoder), and be completed by FinishDecode.
+  std::optional<int32_t> PendingDecodeToken() const;
+
+  // Completes a decode step that ran elsewhere: `logits` are this turn's row
+  // [vocab] (or the step's error), `seconds` the step's duration; samples and
+  // applies the stop rules as Step does.
+  StepOutput FinishDecode(absl::StatusOr<absl::Span<const float>> logits, double seconds, DecodeContext& ctx);
 
   // Ends the turn before its next step with `reason` (kCancelled or
   // kShutdown); text held back (stop-sequence prefix, incomplete UTF-8)

@@ -189,7 +189,7 @@ inline absl::StatusOr<std::unique_ptr<DecodedServer>> StartServer(serving::Engin
   absl::StatusOr<std::unique_ptr<DecodedServer>> server = DecodedServer::Start(so);
   if (!server.ok()) return server.status();
   ServerMetrics* metrics = &(*server)->metrics();
-  engine_options.on_step = [metrics](bool prefill, double seconds) { metrics->Step(prefill, seconds); };
+  engine_options.on_step = [metrics](const decoded::serving::StepInfo& step) { metrics->Step(step); };
   absl::StatusOr<std::unique_ptr<serving::Engine>> engine = serving::Engine::Create(engine_options);
   if (!engine.ok()) return engine.status();
   (*server)->AttachEngine(*std::move(engine));

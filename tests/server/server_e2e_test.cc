@@ -86,7 +86,7 @@ class ServerE2eTest : public ::testing::Test {
     eo.max_queued = 16;
     eo.context_length = kContext;
     ServerMetrics* metrics = &server_->metrics();
-    eo.on_step = [metrics](bool prefill, double seconds) { metrics->Step(prefill, seconds); };
+    eo.on_step = [metrics](const decoded::serving::StepInfo& step) { metrics->Step(step); };
     auto engine = serving::Engine::Create(eo);
     ASSERT_TRUE(engine.ok()) << engine.status();
     server_->AttachEngine(*std::move(engine));

@@ -38,6 +38,9 @@ struct FakeWorld {
   int steps_started ABSL_GUARDED_BY(mu) = 0;
   std::vector<int> step_order ABSL_GUARDED_BY(mu);  // context tag per step
   std::vector<size_t> prefill_sizes ABSL_GUARDED_BY(mu);  // tokens per Prefill call
+  std::vector<bool> step_is_prefill ABSL_GUARDED_BY(mu);  // per entry of step_order
+  std::vector<int> batch_sizes ABSL_GUARDED_BY(mu);       // contexts per batched decode step
+  std::atomic<int> plan_releases{0};                      // BatchDecoder::Release calls with plans held
   std::atomic<int> overlaps{0};
   std::atomic<int> destroyed{0};
   std::atomic<int> next_tag{0};
@@ -66,6 +69,10 @@ struct FakeWorld {
     absl::MutexLock l(&mu);
     return step_order;
   }
+  std::vector<int> BatchSizes() {
+    absl::MutexLock l(&mu);
+    return batch_sizes;
+  }
 };
 
 class FakeContext final : public DecodeContext {
@@ -85,7 +92,7 @@ class FakeContext final : public DecodeContext {
       return absl::InvalidArgumentError("bad chunk");
     }
     if (cached_len() + static_cast<int32_t>(tokens.size()) > capacity_) return absl::ResourceExhaustedError("full");
-    Enter();
+    Enter(/*prefill=*/true);
     {
       absl::MutexLock l(&world_->mu);
       world_->prefill_sizes.push_back(tokens.size());
@@ -101,7 +108,7 @@ class FakeContext final : public DecodeContext {
 
   absl::StatusOr<absl::Span<const float>> Decode(int32_t token, Executor&) override {
     if (cached_len() + 1 > capacity_) return absl::ResourceExhaustedError("full");
-    Enter();
+    Enter(/*prefill=*/false);
     logits_.clear();
     history_.push_back(token);
     AppendRow(token);
@@ -119,11 +126,12 @@ class FakeContext final : public DecodeContext {
   int64_t bound_nodes() const override { return 0; }
 
  private:
-  void Enter() {
+  void Enter(bool prefill) {
     if (in_step_.exchange(true)) world_->overlaps++;
     absl::MutexLock l(&world_->mu);
     world_->steps_started++;
     world_->step_order.push_back(tag_);
+    world_->step_is_prefill.push_back(prefill);
     world_->mu.Await(absl::Condition(
         +[](FakeWorld* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !w->paused; }, world_));
   }
@@ -150,6 +158,44 @@ class LetterText final : public TextDecoder {
  public:
   std::string Push(int32_t id) override { return std::string(1, static_cast<char>('a' + id % 26)); }
   std::string Flush() override { return ""; }
+};
+
+// The worker's batched decoder over fake contexts: records each step's size,
+// then decodes the contexts one by one; "holds plans" once it has run.
+class FakeBatchDecoder final : public BatchDecoder {
+ public:
+  FakeBatchDecoder(FakeWorld* world, int32_t max_batch) : world_(world), max_batch_(max_batch) {}
+  absl::StatusOr<absl::Span<const float>> Decode(absl::Span<DecodeContext* const> contexts,
+                                                 absl::Span<const int32_t> tokens, Executor& executor) override {
+    if (contexts.empty() || static_cast<int32_t>(contexts.size()) > max_batch_) {
+      return absl::InvalidArgumentError("bad batch");
+    }
+    {
+      absl::MutexLock l(&world_->mu);
+      world_->batch_sizes.push_back(static_cast<int>(contexts.size()));
+    }
+    held_ = true;
+    logits_.clear();
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      auto row = contexts[i]->Decode(tokens[i], executor);
+      if (!row.ok()) return row.status();
+      logits_.insert(logits_.end(), row->begin(), row->end());
+    }
+    return absl::Span<const float>(logits_);
+  }
+  int32_t max_batch() const override { return max_batch_; }
+  int32_t plan_rows(int32_t n) const override { return n; }
+  void Release() override {
+    if (held_) world_->plan_releases++;
+    held_ = false;
+  }
+  int64_t bound_nodes() const override { return held_ ? 1 : 0; }
+
+ private:
+  FakeWorld* world_;
+  int32_t max_batch_;
+  bool held_ = false;
+  std::vector<float> logits_;
 };
 
 class FakeModel final : public ServingModel {
@@ -183,6 +229,9 @@ class FakeModel final : public ServingModel {
     return ids;
   }
   int32_t bos_id() const override { return kBos; }
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override {
+    return std::unique_ptr<BatchDecoder>(new FakeBatchDecoder(world_, max_batch));
+  }
   int conversations_encoded() const {
     absl::MutexLock l(&mu_);
     return conversations_encoded_;
@@ -282,9 +331,11 @@ class ConsumingSink : public RecordingSink {
 class SchedulerTest : public ::testing::Test {
  protected:
   std::unique_ptr<Scheduler> MakeScheduler(int workers, int max_sessions = 8, int max_queued = 8,
-                                           int32_t context_length = 64, int max_unconsumed_events = 1 << 20) {
+                                           int32_t context_length = 64, int max_unconsumed_events = 1 << 20,
+                                           int max_batch = 1) {
     SchedulerOptions o;
     o.workers = workers;
+    o.max_batch = max_batch;
     o.max_sessions = max_sessions;
     o.max_queued = max_queued;
     o.context_length = context_length;
@@ -314,6 +365,124 @@ TEST_F(SchedulerTest, SessionsAreSteppedRoundRobin) {
   EXPECT_EQ(world_.Order(), (std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1, 2}));
   EXPECT_EQ(sa.ids(), (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(sa.end().reason, FinishReason::kLength);
+}
+
+// Continuous batching: every session waiting to decode joins one step, up to
+// max_batch; sessions join at their next token (after their prefill) and
+// leave when their turn ends, and each still follows its own token chain.
+TEST_F(SchedulerTest, DecodingSessionsAreSteppedTogetherUpToMaxBatch) {
+  auto sched = MakeScheduler(1, 8, 8, 64, 1 << 20, /*max_batch=*/4);
+  std::vector<RecordingSink> sinks(6);
+  std::vector<SessionId> ids;
+  world_.Pause();
+  for (int i = 0; i < 6; ++i) {
+    ids.push_back(*sched->Open());
+    // Different lengths: sessions leave the batch at different steps.
+    ASSERT_TRUE(sched->Submit(ids[i], Turn({static_cast<int32_t>(i)}, 3 + i), &sinks[i]).ok());
+  }
+  world_.Resume();
+  for (auto& s : sinks) ASSERT_TRUE(s.WaitEnd());
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> expected;
+    for (int k = 1; k <= 3 + i; ++k) expected.push_back(i + k);
+    EXPECT_EQ(sinks[i].ids(), expected) << "session " << i;
+    EXPECT_EQ(sinks[i].end().reason, FinishReason::kLength);
+  }
+  const std::vector<int> sizes = world_.BatchSizes();
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_EQ(*std::max_element(sizes.begin(), sizes.end()), 4);
+  EXPECT_EQ(sizes.back(), 1);  // the longest turn finishes alone
+  // Every decode step of every session ran in some batch: 2 + 3 + ... + 7.
+  int decoded = 0;
+  for (int n : sizes) decoded += n;
+  EXPECT_EQ(decoded, 2 + 3 + 4 + 5 + 6 + 7);
+}
+
+// The prefill interleaving bound: while a 300-token prompt is prefilled, the
+// running sessions' decode steps alternate with its chunks, each of at most
+// kSharedPrefillChunk tokens.
+TEST_F(SchedulerTest, ALongPromptDelaysRunningSessionsByOneSharedChunkPerToken) {
+  auto sched = MakeScheduler(1, 8, 8, 512, 1 << 20, /*max_batch=*/8);
+  RecordingSink a, b, c;
+  SessionId sa = *sched->Open(), sb = *sched->Open(), sc = *sched->Open();
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(sa, Turn({1}, 40), &a).ok());
+  ASSERT_TRUE(sched->Submit(sb, Turn({2}, 40), &b).ok());
+  world_.WaitStepsStarted(1);
+  std::vector<int32_t> long_prompt(300, 5);
+  ASSERT_TRUE(sched->Submit(sc, Turn(long_prompt, 2), &c).ok());
+  world_.Resume();
+  ASSERT_TRUE(a.WaitEnd() && b.WaitEnd() && c.WaitEnd());
+  std::vector<int> order;
+  std::vector<bool> prefill;
+  std::vector<size_t> chunk_sizes;
+  {
+    absl::MutexLock l(&world_.mu);
+    order = world_.step_order;
+    prefill = world_.step_is_prefill;
+    chunk_sizes = world_.prefill_sizes;
+  }
+  // Session c (tag 2) has its chunks; between two decode steps of session a
+  // (tag 0) at most one of them runs, and none exceeds the shared chunk
+  // while a and b wait.
+  int chunks_since_a = 0, max_chunks_between = 0, c_chunks = 0;
+  bool a_decoding = false;
+  size_t prefill_index = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (prefill[i]) {
+      const size_t n = chunk_sizes[prefill_index++];
+      if (order[i] == 2) {
+        ++c_chunks;
+        if (a_decoding) ++chunks_since_a;
+        if (a_decoding) EXPECT_LE(n, static_cast<size_t>(kSharedPrefillChunk));
+      }
+    } else if (order[i] == 0) {
+      max_chunks_between = std::max(max_chunks_between, chunks_since_a);
+      chunks_since_a = 0;
+      a_decoding = true;
+    }
+  }
+  EXPECT_GE(c_chunks, 300 / kSharedPrefillChunk);
+  EXPECT_EQ(max_chunks_between, 1);
+}
+
+// A worker's plans (and their bindings) go when the last session closes.
+TEST_F(SchedulerTest, WorkersReleaseTheirPlansWhenNoSessionIsOpen) {
+  auto sched = MakeScheduler(2, 8, 8, 64, 1 << 20, /*max_batch=*/4);
+  RecordingSink s1, s2;
+  SessionId a = *sched->Open(), b = *sched->Open();
+  ASSERT_TRUE(sched->Submit(a, Turn({1}, 4), &s1).ok());
+  ASSERT_TRUE(sched->Submit(b, Turn({2}, 4), &s2).ok());
+  ASSERT_TRUE(s1.WaitEnd() && s2.WaitEnd());
+  EXPECT_EQ(world_.plan_releases.load(), 0);  // sessions still open: plans kept
+  sched->Close(a);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(world_.plan_releases.load(), 0);
+  sched->Close(b);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (world_.plan_releases.load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_GE(world_.plan_releases.load(), 1);
+}
+
+// A cancel reaches a batched session before its next step; the others of
+// its batch go on.
+TEST_F(SchedulerTest, CancellingOneSessionOfABatchLeavesTheOthersRunning) {
+  world_.step_sleep = absl::Milliseconds(2);
+  auto sched = MakeScheduler(1, 8, 8, 64, 1 << 20, /*max_batch=*/4);
+  std::vector<RecordingSink> sinks(3);
+  std::vector<SessionId> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(*sched->Open());
+    ASSERT_TRUE(sched->Submit(ids[i], Turn({static_cast<int32_t>(i)}, 20), &sinks[i]).ok());
+  }
+  while (sinks[1].ids().size() < 3) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(sched->Cancel(ids[1]).ok());
+  for (auto& s : sinks) ASSERT_TRUE(s.WaitEnd());
+  EXPECT_EQ(sinks[1].end().reason, FinishReason::kCancelled);
+  EXPECT_LT(sinks[1].ids().size(), 20u);
+  EXPECT_EQ(sinks[0].end().reason, FinishReason::kLength);
+  EXPECT_EQ(sinks[2].end().reason, FinishReason::kLength);
+  EXPECT_EQ(sinks[2].ids().size(), 20u);
 }
 
 TEST_F(SchedulerTest, StepsOfOneSessionNeverOverlapAcrossWorkers) {
