@@ -11,8 +11,9 @@ Usage: python3 bench/run_bench.py [--model PATH] [--build build] [--threads 1 2]
 Reported per thread count:
   prefill tok/s, decode tok/s (ours: D2 held plan; llama.cpp: llama_decode of one
   token), ratios ours/llama.cpp, D2 vs D1 step time, heap allocations per rebind
-  step, and decode tok/s against the memory-bandwidth limit (weight bytes read
-  per token / measured single-thread read bandwidth).
+  step, and decode tok/s against the memory-bandwidth limit for that thread
+  count (measured read bandwidth with as many threads, bench/read_bandwidth_bench,
+  / weight bytes read per token).
 With --grpc: inter-token latency through the daemon vs in-process.
 """
 import argparse
@@ -109,17 +110,15 @@ def weight_bytes_per_token(model):
     return sum(int(t.n_bytes) for t in r.tensors)
 
 
-def read_bandwidth_gbs():
-    """Single-thread streaming read bandwidth of a 512 MiB buffer (numpy sum)."""
-    import numpy as np
-    a = np.ones(512 * 1024 * 1024 // 8, dtype=np.float64)
-    a.sum()
-    best = 1e30
-    for _ in range(5):
-        t0 = time.perf_counter()
-        a.sum()
-        best = min(best, time.perf_counter() - t0)
-    return a.nbytes / best / 1e9
+def read_bandwidth_gbs(build, threads):
+    """Streaming read bandwidth (GB/s) for each thread count in `threads`, from
+    bench/read_bandwidth_bench (a 1 GiB buffer, several times the LLC, summed by
+    that many threads; best of 7): {threads: GB/s}."""
+    out = subprocess.run([os.path.join(build, "bench", "read_bandwidth_bench"),
+                          "--threads=" + ",".join(str(t) for t in threads), "--mib=1024"],
+                         check=True, capture_output=True, text=True).stdout
+    measured = json.loads(out.strip().splitlines()[-1])["buffers"][0]["read_gb_s"]
+    return {int(t): gbs for t, gbs in measured.items()}
 
 
 def main():
@@ -132,12 +131,12 @@ def main():
     args = ap.parse_args()
 
     wbytes = weight_bytes_per_token(args.model)
-    bw = read_bandwidth_gbs()
-    limit_1t = bw * 1e9 / wbytes
+    bandwidth = read_bandwidth_gbs(args.build, args.threads)
     report = {"model": args.model, "weight_bytes_per_token": wbytes,
-              "read_bandwidth_gb_s_1thread": round(bw, 2), "bandwidth_limit_tok_s_1thread": round(limit_1t, 1),
+              "read_bandwidth_gb_s": {str(t): round(bw, 2) for t, bw in bandwidth.items()},
               "runs": []}
     for t in args.threads:
+        limit = bandwidth[t] * 1e9 / wbytes
         o = ours(args.build, args.model, t, args.prompt_tokens, args.decode_tokens)
         l = llamacpp(args.model, t, args.prompt_tokens, args.decode_tokens)
         g = grpc_latency(args.build, args.model, t, args.decode_tokens)
@@ -145,14 +144,15 @@ def main():
                "grpc_over_inprocess_token_latency": round(g["client_inter_token_ms_mean"] / o["d2_step_ms"], 3),
                "decode_ratio_vs_llama_cpp": round(o["decode_tok_s"] / l["decode_tok_s"], 3),
                "prefill_ratio_vs_llama_cpp": round(o["prefill_tok_s"] / l["prefill_tok_s"], 3),
-               "decode_fraction_of_1thread_bandwidth_limit": round(o["decode_tok_s"] / limit_1t, 3)}
+               "bandwidth_limit_tok_s": round(limit, 1),
+               "decode_fraction_of_bandwidth_limit": round(o["decode_tok_s"] / limit, 3)}
         report["runs"].append(run)
         print(f"threads={t}, {o.get('cpu_isa', '?')} kernels: decode {o['decode_tok_s']:.1f} tok/s vs llama.cpp {l['decode_tok_s']:.1f} "
               f"(x{run['decode_ratio_vs_llama_cpp']}), prefill {o['prefill_tok_s']:.0f} vs {l['prefill_tok_s']:.0f} "
               f"(x{run['prefill_ratio_vs_llama_cpp']}), D2 step {o['d2_step_ms']:.2f} ms vs D1 {o['d1_step_ms']:.2f} ms "
               f"(x{o['d2_over_d1_speedup']:.2f}), allocs/rebind {o['heap_allocations_per_rebind_step']}, "
-              f"{run['decode_fraction_of_1thread_bandwidth_limit']:.2f} of the 1-thread bandwidth limit "
-              f"({limit_1t:.0f} tok/s); token latency in-process {o['d2_step_ms']:.2f} ms vs through gRPC "
+              f"{run['decode_fraction_of_bandwidth_limit']:.2f} of the {t}-thread bandwidth limit "
+              f"({limit:.0f} tok/s); token latency in-process {o['d2_step_ms']:.2f} ms vs through gRPC "
               f"{g['client_inter_token_ms_mean']:.2f} ms (p99 {g['client_inter_token_ms_p99']:.2f})", flush=True)
     print(json.dumps(report, indent=1))
 
