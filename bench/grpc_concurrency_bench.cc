@@ -26,8 +26,8 @@
 //                       and ramp included.
 //   inter_token_ms_p50/p99   gaps between consecutive tokens of one stream,
 //                       pooled over all streams and all their tokens.
-//   steady_inter_token_ms_p50/p99   the same, only gaps that end inside the
-//                       window (no other stream prefilling or finishing).
+//   steady_inter_token_ms_p50/p99   the same, only gaps that lie wholly
+//                       inside [start, end] (no stream was prefilling then).
 //   ttft_ms_p50/p99     per stream: its turn's write -> its first token.
 //   server_inter_token_ms_mean   mean of the streams' TurnEnd
 //                       timings.mean_inter_token_ms (the daemon's own clock).
@@ -222,8 +222,9 @@ int main(int argc, char** argv) {
           const bool inside = t > start && t <= end;
           in_window += inside ? 1 : 0;
           if (i == 0) continue;
-          gaps.push_back(t - r.arrivals_ms[i - 1]);
-          if (inside) steady_gaps.push_back(t - r.arrivals_ms[i - 1]);
+          const double prev = r.arrivals_ms[i - 1];
+          gaps.push_back(t - prev);
+          if (prev >= start && t <= end) steady_gaps.push_back(t - prev);
         }
       }
       // With staggered prefills a stream may finish before the last one starts:
