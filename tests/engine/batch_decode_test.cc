@@ -168,7 +168,9 @@ int RunBatched(const DecodeModel& m, const std::vector<Stream>& streams,
     }
   }
   // One graph build per bucket used: every other step only rebinds.
-  if (!swap_caches) EXPECT_EQ(GetEngineCounters().graph_builds - builds0, static_cast<int64_t>(buckets_used.size()));
+  if (!swap_caches) {
+    EXPECT_EQ(GetEngineCounters().graph_builds - builds0, static_cast<int64_t>(buckets_used.size()));
+  }
   return mismatches;
 }
 
