@@ -14,7 +14,7 @@ namespace {
 template <typename T>
 std::vector<uint8_t> Bytes(const T* p, size_t n) {
   std::vector<uint8_t> b(n * sizeof(T));
-  std::memcpy(b.data(), p, b.size());
+  if (n > 0) std::memcpy(b.data(), p, b.size());  // p may be null when n == 0
   return b;
 }
 
