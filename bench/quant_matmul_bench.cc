@@ -11,7 +11,9 @@
 //          compute cost per byte;
 //   l3     ~64 MiB, m = 1: a small model's decode step where the last-level
 //          cache holds its weights (SmolLM2-135M Q4_1 is 98 MB);
-//   dram   ~512 MiB, m = 1: a decode step's weight stream from memory.
+//   dram   ~512 MiB, m = 1: a decode step's weight stream from memory;
+//   gemm   ~1 MiB, m = 128: a prefill chunk (kMaxPrefillChunk rows), the
+//          tiled multi-row path.
 //
 //   build/bench/quant_matmul_bench [--benchmark_filter='dram/.*avx512vnni']
 //       [--benchmark_repetitions=3 --benchmark_enable_random_interleaving]
@@ -145,6 +147,10 @@ int Register() {
           ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("l3/" + name).c_str(), BM_MatMul, t, size_t{64} << 20, isa)
           ->Arg(1)
+          ->ArgName("m")
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("gemm/" + name).c_str(), BM_MatMul, t, size_t{1} << 20, isa)
+          ->Arg(128)
           ->ArgName("m")
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("dram/" + name).c_str(), BM_MatMul, t, size_t{512} << 20, isa)

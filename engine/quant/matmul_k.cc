@@ -230,6 +230,148 @@ void DotQ6KMulti(const uint8_t* wrow, int64_t nb, const BlockQ8_K* const* xa, fl
 
 constexpr bool kHasMultiRow = true;
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+
+// Prefill tiles (AVX-512 VNNI): a weight super-block decoded once into
+// zmm-wide codes and scales for every activation row. codes[c] holds the 64
+// codes matching activation bytes qs[64c .. 64c+63]; scale[c] gives each
+// int32 lane the scale of its sub-block (16-bit value in the low half, as
+// ScaledDot's); `mins` is MinsDot's m16 (Q4_K/Q5_K) or the int16 scales
+// (Q6_K).
+struct alignas(64) PackedK {
+  __m512i codes[4];
+  __m512i scale[4];
+  __m256i mins;
+  float d, dmin;
+};
+
+inline __m512i Join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+template <bool kHasHigh>
+void PackQ45K(const uint8_t* wrow, int64_t nb, PackedK* out) {
+  using Block = std::conditional_t<kHasHigh, BlockQ5_K, BlockQ4_K>;
+  const auto* wb = reinterpret_cast<const Block*>(wrow);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& q = wb[b];
+    PackedK& p = out[b];
+    uint32_t sm[4];
+    UnpackScalesMins(q.scales, sm);
+    const auto* sc = reinterpret_cast<const uint8_t*>(sm);
+    __m256i qh;
+    if constexpr (kHasHigh) qh = Load256(q.qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = Load256(q.qs + 32 * c);
+      __m256i lo = _mm256_and_si256(raw, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      if constexpr (kHasHigh) {
+        const __m256i one = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      p.codes[c] = Join(lo, hi);
+      p.scale[c] = Join(Scale32(sc[2 * c]), Scale32(sc[2 * c + 1]));
+    }
+    const __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&sm[2])));
+    p.mins = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+    p.d = HalfToFloat(q.d);
+    p.dmin = HalfToFloat(q.dmin);
+  }
+}
+
+void PackQ6K(const uint8_t* wrow, int64_t nb, PackedK* out) {
+  const auto* wb = reinterpret_cast<const BlockQ6_K*>(wrow);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& q = wb[b];
+    PackedK& p = out[b];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load256(q.ql + 64 * h);
+      const __m256i ql1 = Load256(q.ql + 64 * h + 32);
+      const __m256i qhv = Load256(q.qh + 32 * h);
+      const __m256i c0 = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qhv, low2), 4));
+      const __m256i c1 = _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qhv, 2), low2), 4));
+      const __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qhv, 4), low2), 4));
+      const __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qhv, 6), low2), 4));
+      p.codes[2 * h] = Join(c0, c1);
+      p.codes[2 * h + 1] = Join(c2, c3);
+      for (int u = 0; u < 2; ++u) {
+        const int g = 8 * h + 4 * u;  // 16-element groups g .. g+3, four int32 lanes each
+        p.scale[2 * h + u] = _mm512_set_epi32(
+            q.scales[g + 3] & 0xFFFF, q.scales[g + 3] & 0xFFFF, q.scales[g + 3] & 0xFFFF, q.scales[g + 3] & 0xFFFF,
+            q.scales[g + 2] & 0xFFFF, q.scales[g + 2] & 0xFFFF, q.scales[g + 2] & 0xFFFF, q.scales[g + 2] & 0xFFFF,
+            q.scales[g + 1] & 0xFFFF, q.scales[g + 1] & 0xFFFF, q.scales[g + 1] & 0xFFFF, q.scales[g + 1] & 0xFFFF,
+            q.scales[g] & 0xFFFF, q.scales[g] & 0xFFFF, q.scales[g] & 0xFFFF, q.scales[g] & 0xFFFF);
+      }
+    }
+    p.mins = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.scales)));
+    p.d = HalfToFloat(q.d);
+    p.dmin = 0.0f;
+  }
+}
+
+// The scaled integer sum of one packed super-block with one Q8_K block, in
+// DotQ45K's / DotQ6K's 8 int32 lanes: the zmm sum's halves hold the same
+// byte positions of two chunks, so folding them gives the ymm kernels' lane
+// totals exactly (integer sums).
+inline __m256i PackedDot(const PackedK& p, const BlockQ8_K& a) {
+  __m512i s = _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x = _mm512_loadu_si512(a.qs + 64 * c);
+    s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_dpbusd_epi32(_mm512_setzero_si512(), p.codes[c], x), p.scale[c]));
+  }
+  return _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+}
+
+// A kRm x kRn tile (packed weight rows x activation rows). Per output the
+// float operations are DotQ45K's / DotQ6K's, in their order, so a result does
+// not depend on m, on its tile, or on the row split.
+template <bool kQ6, int kRm, int kRn>
+void DotTileK(const PackedK* packed, int64_t nb, const uint8_t* xq, size_t xq_row_bytes, float* y, int64_t ldy) {
+  const BlockQ8_K* xa[kRn];
+  for (int i = 0; i < kRn; ++i) xa[i] = reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes);
+  __m256 acc[kRm][kRn];
+  for (int r = 0; r < kRm; ++r) {
+    for (int i = 0; i < kRn; ++i) acc[r][i] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int i = 0; i < kRn; ++i) {
+      const BlockQ8_K& a = xa[i][b];
+      const __m256i bsums = Load256(a.bsums);
+      for (int r = 0; r < kRm; ++r) {
+        const PackedK& p = packed[r * nb + b];
+        __m256i isum = PackedDot(p, a);
+        if constexpr (kQ6) {
+          isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(bsums, p.mins), 5));
+          acc[r][i] = _mm256_fmadd_ps(_mm256_set1_ps(p.d * a.d), _mm256_cvtepi32_ps(isum), acc[r][i]);
+        } else {
+          acc[r][i] = _mm256_fmadd_ps(_mm256_set1_ps(p.d * a.d), _mm256_cvtepi32_ps(isum), acc[r][i]);
+          acc[r][i] = _mm256_fmadd_ps(_mm256_set1_ps(-(p.dmin * a.d)), _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, p.mins)),
+                                      acc[r][i]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < kRm; ++r) {
+    for (int i = 0; i < kRn; ++i) y[i * ldy + r] = Hsum(acc[r][i]);
+  }
+}
+
+constexpr bool kHasTiles = true;
+
+#else
+
+constexpr bool kHasTiles = false;
+struct PackedK {};
+
+#endif  // AVX-512 VNNI
+
+
 #else  // portable
 
 template <bool kHasHigh>
@@ -291,6 +433,8 @@ float DotQ6K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
 
 // The portable build keeps one activation row at a time.
 constexpr bool kHasMultiRow = false;
+constexpr bool kHasTiles = false;
+struct PackedK {};
 template <bool kHasHigh, int kM>
 void DotQ45KMulti(const uint8_t*, int64_t, const BlockQ8_K* const*, float*, int64_t) {}
 template <int kM>
@@ -298,13 +442,49 @@ void DotQ6KMulti(const uint8_t*, int64_t, const BlockQ8_K* const*, float*, int64
 
 #endif
 
+#if !(defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__))
+// Tiers without prefill tiles: never called (kHasTiles is false).
+template <bool kHasHigh>
+void PackQ45K(const uint8_t*, int64_t, PackedK*) {}
+inline void PackQ6K(const uint8_t*, int64_t, PackedK*) {}
+template <bool kQ6, int kRm, int kRn>
+void DotTileK(const PackedK*, int64_t, const uint8_t*, size_t, float*, int64_t) {}
+#endif
+
 constexpr int kRowBatch = 4;
 using MultiDot = void (*)(const uint8_t*, int64_t, const BlockQ8_K* const*, float*, int64_t);
+using PackFn = void (*)(const uint8_t*, int64_t, PackedK*);
 
-template <float (*Dot)(const uint8_t*, int64_t, const BlockQ8_K*), MultiDot Multi>
+// Prefill tiles (where kHasTiles): kTileRows packed weight rows x kTileActs
+// activation rows, weight rows outer so their packs (576 B per super-block
+// and row: 22 KiB at k = 4864) stay in L1 while the activation rows stream
+// from L2; rows up to kMaxPackedK elements (stack-resident pack, no
+// allocation per call).
+constexpr int kTileRows = 2;
+constexpr int kTileActs = 4;
+constexpr int64_t kMaxPackedK = 8192;
+
+template <float (*Dot)(const uint8_t*, int64_t, const BlockQ8_K*), MultiDot Multi, PackFn Pack, bool kQ6>
 void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   const int64_t nb = k / kQKK;
-  for (int64_t r = r0; r < r1; ++r) {
+  int64_t r = r0;
+  if constexpr (kHasTiles) {
+    if (m >= kTileActs && k <= kMaxPackedK) {
+      PackedK packed[kMaxPackedK / kQKK * kTileRows];
+      for (; r + kTileRows <= r1; r += kTileRows) {
+        for (int j = 0; j < kTileRows; ++j) Pack(w + (r + j) * w_row_bytes, nb, packed + j * nb);
+        int64_t i = 0;
+        for (; i + kTileActs <= m; i += kTileActs) {
+          DotTileK<kQ6, kTileRows, kTileActs>(packed, nb, xq + i * xq_row_bytes, xq_row_bytes, y + i * ldy + r, ldy);
+        }
+        for (; i < m; ++i) {
+          const auto* xa = reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes);
+          for (int j = 0; j < kTileRows; ++j) y[i * ldy + r + j] = Dot(w + (r + j) * w_row_bytes, nb, xa);
+        }
+      }
+    }
+  }
+  for (; r < r1; ++r) {
     const uint8_t* wrow = w + r * w_row_bytes;
     int64_t i = 0;
     if constexpr (kHasMultiRow) {
@@ -322,8 +502,8 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
 
 }  // namespace
 
-void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<false>, DotQ45KMulti<false, kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
-void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<true>, DotQ45KMulti<true, kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
-void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ6K, DotQ6KMulti<kRowBatch>>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<false>, DotQ45KMulti<false, kRowBatch>, PackQ45K<false>, false>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<true>, DotQ45KMulti<true, kRowBatch>, PackQ45K<true>, false>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ6K, DotQ6KMulti<kRowBatch>, PackQ6K, true>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
 
 }  // namespace decoded::quant::internal::DECODED_ISA_NS

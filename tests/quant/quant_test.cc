@@ -226,6 +226,55 @@ TEST_P(QuantKernels, MatMulWritesOnlyItsRowRange) {
   }
 }
 
+// An output row must not depend on the batch it was computed in: row i of a
+// MatMul over m activation rows, with the weight rows split across any
+// number of threads, is byte-identical to the m = 1 product of that row
+// alone (batched decode serves each session's logits bit-exact to its solo
+// run; D2 == D1 compares bytes). m runs 1..40 and the window of activation
+// rows moves, so a row lands in every position of the prefill tiles, in the
+// tiles' remainders, and in splits whose row ranges cut tiles apart.
+TEST_P(QuantKernels, EveryOutputIsBitIdenticalWhateverTheBatchAndRowSplit) {
+  std::mt19937 rng(2024);
+  constexpr int64_t kRows = 13, kActs = 40;
+  for (DType t : kWeightTypes) {
+    const int64_t bs = Traits(t).block_size;
+    // Odd and even block counts: 96 = 3 blocks, 640 = 20, 896 = 28 (Gemma 3 /
+    // Qwen2.5 rows), 576 = 18 (SmolLM2); 768 / 512 for the K-quants.
+    for (int64_t k : {int64_t{40}, int64_t{96}, int64_t{576}, int64_t{640}, int64_t{896}, int64_t{512},
+                      int64_t{768}}) {
+      if (k % bs != 0 || (bs == 256) != (k == 512 || k == 768) || (bs == 1 && k != 40 && k != 640)) continue;
+      const Bytes w = RandomWeights(t, kRows, k, rng);
+      const Converted xq = ConvertActivations(t, RandomActivations(kActs, k, rng), kActs, k);
+      std::vector<float> solo(kActs * kRows);
+      for (int64_t i = 0; i < kActs; ++i) {
+        MatMul(t, w.data(), RowBytesOf(t, k), k, xq.data.data() + i * xq.row_bytes, xq.row_bytes, 1,
+               solo.data() + i * kRows, kRows, 0, kRows);
+      }
+      ASSERT_TRUE(MatchesReference(t, w, k, xq, kActs, solo, kRows, 0, kRows)) << "k=" << k;
+      for (int64_t m = 1; m <= kActs; ++m) {
+        const int64_t first = (m * 7) % (kActs - m + 1);  // window [first, first + m)
+        for (int nth : {1, 2, 3, 5}) {
+          std::vector<float> y(m * kRows, -7.0f);
+          for (int ith = 0; ith < nth; ++ith) {
+            MatMul(t, w.data(), RowBytesOf(t, k), k, xq.data.data() + first * xq.row_bytes, xq.row_bytes, m, y.data(),
+                   kRows, kRows * ith / nth, kRows * (ith + 1) / nth);
+          }
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t r = 0; r < kRows; ++r) {
+              uint32_t got, want;
+              std::memcpy(&got, &y[i * kRows + r], 4);
+              std::memcpy(&want, &solo[(first + i) * kRows + r], 4);
+              ASSERT_EQ(got, want) << DTypeName(t) << " k=" << k << " m=" << m << " threads=" << nth
+                                   << ": output (activation row " << first + i << ", weight row " << r
+                                   << ") differs from its m = 1 product in bits";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Swaps the fp16 scale of block 0 and block 1 of every row: a kernel that
 // reads the neighbour block's scale computes exactly this.
 Bytes WithScalesShiftedByOneBlock(DType t, const Bytes& w, int64_t rows, int64_t k) {
