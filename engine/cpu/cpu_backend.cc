@@ -12,6 +12,8 @@
 #include <new>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
 #include "engine/cpu/cpu_executor.h"
@@ -24,27 +26,46 @@ namespace {
 
 constexpr size_t kBufferAlign = 64;
 
+// Buffers of at least this size are mapped straight from the kernel and
+// unmapped when freed. glibc's malloc raises its own mmap threshold to the
+// largest block freed (up to 32 MiB), after which arenas and KV caches of a
+// few MiB would come from the heap and, freed in another order, stay there:
+// a daemon whose sessions and batch plans come and go would keep their peak.
+constexpr size_t kMapThreshold = size_t{1} << 20;
+
 class CpuBuffer final : public DeviceBuffer {
  public:
   static std::unique_ptr<CpuBuffer> Create(size_t bytes) {
     const size_t rounded = (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+    if (rounded >= kMapThreshold) {
+      // Page-aligned, and committed page by page as it is first written, so
+      // a session's resident KV grows with its live length.
+      void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return nullptr;
+      return std::unique_ptr<CpuBuffer>(new CpuBuffer(p, bytes, rounded));
+    }
     void* p = std::aligned_alloc(kBufferAlign, rounded == 0 ? kBufferAlign : rounded);
     // Not zeroed: every byte is written before it is read (kernels read KV
-    // rows below the step's bounds only), and large buffers then stay
-    // uncommitted until used, so a session's resident KV grows with its
-    // live length.
+    // rows below the step's bounds only).
     if (p == nullptr) return nullptr;
-    return std::unique_ptr<CpuBuffer>(new CpuBuffer(p, bytes));
+    return std::unique_ptr<CpuBuffer>(new CpuBuffer(p, bytes, 0));
   }
-  ~CpuBuffer() override { std::free(data_); }
+  ~CpuBuffer() override {
+    if (mapped_ > 0) {
+      munmap(data_, mapped_);
+    } else {
+      std::free(data_);
+    }
+  }
   void* data() override { return data_; }
   const void* data() const override { return data_; }
   size_t size() const override { return size_; }
 
  private:
-  CpuBuffer(void* p, size_t n) : data_(p), size_(n) {}
+  CpuBuffer(void* p, size_t n, size_t mapped) : data_(p), size_(n), mapped_(mapped) {}
   void* data_;
   size_t size_;
+  size_t mapped_;  // bytes mapped (0: from malloc)
 };
 
 struct Step {
