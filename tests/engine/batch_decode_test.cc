@@ -285,15 +285,23 @@ TEST(RealModelBatchDecodeTest, EveryRowIsByteIdenticalToItsSoloD1Decode) {
   auto model = Model::Load(testing::RealModelPath());
   ASSERT_TRUE(model.ok()) << model.status();
   auto ex = CreateCpuExecutor(2);
+#if defined(__SANITIZE_ADDRESS__)
+  // Several times slower under the sanitizers: batch sizes 1..8 and no
+  // window crossing there (the Release run covers 1..16 and the window).
+  constexpr int kStreams = 8;
+  constexpr bool kCrossWindow = false;
+#else
   constexpr int kStreams = 16;
+  constexpr bool kCrossWindow = true;
+#endif
   constexpr int32_t kCapacity = 640;
   std::vector<Stream> streams = MakeStreams(kStreams, (*model)->info().vocab_size, /*long_extra=*/0, 5);
   // Two prompts end at the window (512, 520 tokens): the first decodes across
   // it, the second wholly past it (keys dropping out of local layers).
-  for (int i = 7; i < kStreams; i += 8) streams[static_cast<size_t>(i)].prompt.resize(505 + i);
-  // Session i joins at step i and leaves at step 15 + i % 4: the batch grows
-  // 1..16, then shrinks as sessions leave mid-stream.
-  for (int i = 0; i < kStreams; ++i) streams[static_cast<size_t>(i)].steps = 16 + i % 4 - i;
+  for (int i = 7; kCrossWindow && i < kStreams; i += 8) streams[static_cast<size_t>(i)].prompt.resize(505 + i);
+  // Session i joins at step i and leaves at step kStreams - 1 + i % 4: the
+  // batch grows 1..kStreams, then shrinks as sessions leave mid-stream.
+  for (int i = 0; i < kStreams; ++i) streams[static_cast<size_t>(i)].steps = kStreams + i % 4 - i;
 
   auto prefill = [&](DecodeContext& ctx, const std::vector<int32_t>& prompt) {
     absl::StatusOr<absl::Span<const float>> last;
@@ -318,7 +326,7 @@ TEST(RealModelBatchDecodeTest, EveryRowIsByteIdenticalToItsSoloD1Decode) {
     }
   }
 
-  auto decoder = (*model)->NewBatchDecoder(16);
+  auto decoder = (*model)->NewBatchDecoder(kStreams);
   ASSERT_TRUE(decoder.ok());
   std::vector<std::unique_ptr<DecodeContext>> ctx;
   std::vector<int32_t> next;
@@ -363,7 +371,7 @@ TEST(RealModelBatchDecodeTest, EveryRowIsByteIdenticalToItsSoloD1Decode) {
       ++done[i];
     }
   }
-  EXPECT_TRUE(crossed) << "no session decoded across the 512-token window";
+  EXPECT_TRUE(crossed || !kCrossWindow) << "no session decoded across the 512-token window";
   for (int b = 1; b <= kStreams; ++b) EXPECT_TRUE(sizes.count(b)) << "no step ran " << b << " rows";
   EXPECT_GT((*decoder)->bound_nodes(), 0);
   (*decoder)->Release();
