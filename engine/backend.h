@@ -15,6 +15,7 @@
 #include <memory>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -35,6 +36,13 @@ class Executor {
   virtual ~Executor() = default;
   virtual std::string_view backend_name() const = 0;
   virtual int threads() const = 0;
+  // Host work on the worker's threads: fn(i) for every i in [0, n), each
+  // index once, spread over the threads; returns when all are done. For
+  // independent per-session work after a batched step (sampling B rows).
+  // The default runs them in order on the calling thread.
+  virtual void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
 };
 
 // Device memory. On CPU: 64-byte aligned host memory.

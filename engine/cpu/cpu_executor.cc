@@ -68,6 +68,19 @@ void CpuExecutor::Parallel(RegionFn fn, void* ctx) {
   }
 }
 
+void CpuExecutor::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
+  struct Job {
+    int64_t n;
+    absl::FunctionRef<void(int64_t)> fn;
+  } job{n, fn};
+  Parallel(
+      [](void* ctx, int ith, int nth) {
+        const Job& j = *static_cast<const Job*>(ctx);
+        for (int64_t i = ith; i < j.n; i += nth) j.fn(i);
+      },
+      &job);
+}
+
 void CpuExecutor::Barrier() {
   if (nth_ == 1) return;
   const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);

@@ -34,6 +34,8 @@ class CpuExecutor final : public Executor {
   int threads() const override { return nth_; }
 
   void Parallel(RegionFn fn, void* ctx);
+  // Indices dealt round-robin to the team (i % nth == ith).
+  void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) override;
   // All nth members must call it the same number of times within a region.
   void Barrier();
 

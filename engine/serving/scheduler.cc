@@ -473,13 +473,16 @@ void Scheduler::WorkerLoop() {
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (logits.ok() || (picked.size() == 1 && decoder != nullptr)) {
         const size_t vocab = picked.size() == 1 || !logits.ok() ? 0 : logits->size() / picked.size();
-        for (size_t i = 0; i < picked.size(); ++i) {
+        // Each turn samples its own row (its sampler, stop rules and text
+        // decoder are its own): spread over the worker's threads.
+        executor->ParallelFor(static_cast<int64_t>(picked.size()), [&](int64_t i) {
+          const size_t k = static_cast<size_t>(i);
           absl::StatusOr<absl::Span<const float>> row =
               logits.ok() ? absl::StatusOr<absl::Span<const float>>(
-                                picked.size() == 1 ? *logits : logits->subspan(i * vocab, vocab))
+                                picked.size() == 1 ? *logits : logits->subspan(k * vocab, vocab))
                           : logits.status();
-          outs[i] = picked[i].turn->FinishDecode(std::move(row), seconds, *contexts[i]);
-        }
+          outs[k] = picked[k].turn->FinishDecode(std::move(row), seconds, *contexts[k]);
+        });
         if (options_.on_step) options_.on_step(StepInfo{false, seconds, static_cast<int32_t>(picked.size())});
       } else {
         // A batched step refuses as a whole (nothing is written): step each
