@@ -64,11 +64,30 @@ inline __m256i MinsDot(const uint32_t sm[4], const int16_t* bsums) {
   return _mm256_madd_epi16(Load256(bsums), m16);
 }
 
+// The 4-bit (Q4_K) or 5-bit (Q5_K) codes of one super-block
+// as unsigned bytes: lo[c] / hi[c] are sub-blocks 2c / 2c + 1 (32 codes each).
+template <bool kHasHigh, typename Block>
+inline void UnpackCodesQ45K(const Block& q, __m256i lo[4], __m256i hi[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256i qh;
+  if constexpr (kHasHigh) qh = Load256(q.qh);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i raw = Load256(q.qs + 32 * c);
+    lo[c] = _mm256_and_si256(raw, low4);
+    hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    if constexpr (kHasHigh) {
+      const __m256i one = _mm256_set1_epi8(1);
+      lo[c] = _mm256_or_si256(lo[c], _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+      hi[c] = _mm256_or_si256(hi[c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+      qh = _mm256_srli_epi16(qh, 2);
+    }
+  }
+}
+
 template <bool kHasHigh>
 float DotQ45K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
   using Block = std::conditional_t<kHasHigh, BlockQ5_K, BlockQ4_K>;
   const auto* wb = reinterpret_cast<const Block*>(wrow);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const Block& q = wb[b];
@@ -76,21 +95,12 @@ float DotQ45K(const uint8_t* wrow, int64_t nb, const BlockQ8_K* xa) {
     uint32_t sm[4];
     UnpackScalesMins(q.scales, sm);
     const auto* sc = reinterpret_cast<const uint8_t*>(sm);
-    __m256i qh;
-    if constexpr (kHasHigh) qh = Load256(q.qh);
+    __m256i lo[4], hi[4];
+    UnpackCodesQ45K<kHasHigh>(q, lo, hi);
     __m256i isum = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
-      const __m256i raw = Load256(q.qs + 32 * c);
-      __m256i lo = _mm256_and_si256(raw, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (kHasHigh) {
-        const __m256i one = _mm256_set1_epi8(1);
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-        qh = _mm256_srli_epi16(qh, 2);
-      }
-      isum = _mm256_add_epi32(isum, ScaledDot(lo, Load256(a.qs + 64 * c), Scale32(sc[2 * c])));
-      isum = _mm256_add_epi32(isum, ScaledDot(hi, Load256(a.qs + 64 * c + 32), Scale32(sc[2 * c + 1])));
+      isum = _mm256_add_epi32(isum, ScaledDot(lo[c], Load256(a.qs + 64 * c), Scale32(sc[2 * c])));
+      isum = _mm256_add_epi32(isum, ScaledDot(hi[c], Load256(a.qs + 64 * c + 32), Scale32(sc[2 * c + 1])));
     }
     const float d = HalfToFloat(q.d) * a.d;
     const float dmin = HalfToFloat(q.dmin) * a.d;
@@ -146,7 +156,6 @@ template <bool kHasHigh, int kM>
 void DotQ45KMulti(const uint8_t* wrow, int64_t nb, const BlockQ8_K* const* xa, float* out, int64_t out_stride) {
   using Block = std::conditional_t<kHasHigh, BlockQ5_K, BlockQ4_K>;
   const auto* wb = reinterpret_cast<const Block*>(wrow);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -155,19 +164,7 @@ void DotQ45KMulti(const uint8_t* wrow, int64_t nb, const BlockQ8_K* const* xa, f
     UnpackScalesMins(q.scales, sm);
     const auto* sc = reinterpret_cast<const uint8_t*>(sm);
     __m256i lo[4], hi[4];
-    __m256i qh;
-    if constexpr (kHasHigh) qh = Load256(q.qh);
-    for (int c = 0; c < 4; ++c) {
-      const __m256i raw = Load256(q.qs + 32 * c);
-      lo[c] = _mm256_and_si256(raw, low4);
-      hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (kHasHigh) {
-        const __m256i one = _mm256_set1_epi8(1);
-        lo[c] = _mm256_or_si256(lo[c], _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-        hi[c] = _mm256_or_si256(hi[c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-        qh = _mm256_srli_epi16(qh, 2);
-      }
-    }
+    UnpackCodesQ45K<kHasHigh>(q, lo, hi);
     const float dw = HalfToFloat(q.d), dminw = HalfToFloat(q.dmin);
     for (int i = 0; i < kM; ++i) {
       const BlockQ8_K& a = xa[i][b];
@@ -251,26 +248,16 @@ template <bool kHasHigh>
 void PackQ45K(const uint8_t* wrow, int64_t nb, PackedK* out) {
   using Block = std::conditional_t<kHasHigh, BlockQ5_K, BlockQ4_K>;
   const auto* wb = reinterpret_cast<const Block*>(wrow);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const Block& q = wb[b];
     PackedK& p = out[b];
     uint32_t sm[4];
     UnpackScalesMins(q.scales, sm);
     const auto* sc = reinterpret_cast<const uint8_t*>(sm);
-    __m256i qh;
-    if constexpr (kHasHigh) qh = Load256(q.qh);
+    __m256i lo[4], hi[4];
+    UnpackCodesQ45K<kHasHigh>(q, lo, hi);
     for (int c = 0; c < 4; ++c) {
-      const __m256i raw = Load256(q.qs + 32 * c);
-      __m256i lo = _mm256_and_si256(raw, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (kHasHigh) {
-        const __m256i one = _mm256_set1_epi8(1);
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-        qh = _mm256_srli_epi16(qh, 2);
-      }
-      p.codes[c] = Join(lo, hi);
+      p.codes[c] = Join(lo[c], hi[c]);
       p.scale[c] = Join(Scale32(sc[2 * c]), Scale32(sc[2 * c + 1]));
     }
     const __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&sm[2])));
