@@ -12,6 +12,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_isa.h"
+#include "engine/exp_poly.h"
 #include "engine/kv_rows.h"
 #include "engine/quant/quant.h"
 
@@ -41,28 +42,10 @@ inline void ItemShare(int64_t items, int64_t item_size, int ith, int nth, int64_
   Share(items, ith, nth, b, e);
 }
 
-// e^x, x clamped to [-87, 88] (the result stays a normal float): Cephes
-// expf's range reduction (n = round(x / ln 2), ln 2 split in two) and degree-6
-// polynomial, relative error a few ulp. Branch-free, without libm calls, so
-// loops over it vectorize for the tier (glibc's tanhf / expm1f calls did not,
-// and cost a sixth of Gemma 3's prefill).
-inline float ExpF(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n, n in [-126, 127]
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return y * scale;
-}
+// e^x, x clamped to [-87, 88] (engine/exp_poly.h): branch-free, so loops over
+// it vectorize for the tier (glibc's tanhf / expm1f calls did not, and cost a
+// sixth of Gemma 3's prefill).
+inline float ExpF(float x) { return ExpPoly(std::min(std::max(x, -87.0f), 88.0f)); }
 
 // tanh(u) = sign(u) (1 - e) / (1 + e), e = e^(-2|u|) in (0, 1]: no overflow;
 // absolute error a few 2^-24, which is what GELU's 1 + tanh(u) needs (near

@@ -4,30 +4,20 @@
 #ifndef DECODED_ENGINE_SAMPLING_VECTOR_MATH_H_
 #define DECODED_ENGINE_SAMPLING_VECTOR_MATH_H_
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+
+#include "engine/exp_poly.h"
 
 namespace decoded::sampling_internal {
 
 // exp(x) for x <= 0 (or -inf): relative error < 2e-7 on [-87, 0], exactly 0
 // below -87.3 (where the true value is < 1.2e-38 and irrelevant to a softmax).
-// Method and coefficients: Cephes expf (S. Moshier): x = k ln2 + r with
-// |r| <= ln2/2, exp(r) by a degree-6 minimax polynomial, 2^k by exponent bits.
+// Method: engine/exp_poly.h (Cephes expf).
 inline float ExpNonPositive(float x) {
   const float xc = x < -87.3f ? -87.3f : (x > 0.0f ? 0.0f : x);
-  const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  const float r = (xc - k * 0.693359375f) - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = p * r * r + r + 1.0f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
-  return x < -87.3f ? 0.0f : e * scale;
+  return x < -87.3f ? 0.0f : ExpPoly(xc);
 }
 
 // Largest element; -inf for an empty row. Input must not contain NaN.
