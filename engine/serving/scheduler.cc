@@ -406,7 +406,7 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
   if (!batch) return;
   // Continuous batching: every other session waiting to decode joins this
   // step, in queue order, up to max_batch.
-  const size_t max_batch = static_cast<size_t>(std::max(1, options_.max_batch));
+  const size_t max_batch = static_cast<size_t>(MaxBatch());
   for (auto it = runnable_.begin(); it != runnable_.end() && picked.size() < max_batch;) {
     it = DecodeReady(*it) ? take(it) : it + 1;
   }
@@ -415,9 +415,10 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
 void Scheduler::WorkerLoop() {
   std::unique_ptr<Executor> executor = options_.make_executor();
   // The worker's held decode plans, one per batch-size bucket. A model that
-  // cannot make one (max_batch out of range) is stepped session by session.
-  absl::StatusOr<std::unique_ptr<BatchDecoder>> made = model_->NewBatchDecoder(std::max(1, options_.max_batch));
-  std::unique_ptr<BatchDecoder> decoder = made.ok() ? *std::move(made) : nullptr;
+  // cannot make them gets ServingModel's one-context-at-a-time decoder.
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> made = model_->NewBatchDecoder(MaxBatch());
+  if (!made.ok()) made = model_->ServingModel::NewBatchDecoder(MaxBatch());
+  std::unique_ptr<BatchDecoder> decoder = *std::move(made);
   bool holds_plans = false;
   std::vector<Picked> picked;
   std::vector<StepOutput> outs;
@@ -440,7 +441,7 @@ void Scheduler::WorkerLoop() {
     if (picked.empty()) {
       // No session is open: give the plans' memory and bindings back; they
       // are rebuilt by the next decode step.
-      if (decoder != nullptr) decoder->Release();
+      decoder->Release();
       holds_plans = false;
       heap_trimmer_.Request();
       continue;
@@ -467,11 +468,9 @@ void Scheduler::WorkerLoop() {
         tokens.push_back(*p.turn->PendingDecodeToken());
       }
       const Clock::time_point start = Clock::now();
-      absl::StatusOr<absl::Span<const float>> logits =
-          decoder != nullptr ? decoder->Decode(contexts, tokens, *executor)
-                             : absl::StatusOr<absl::Span<const float>>(absl::UnimplementedError("no batched decoder"));
+      absl::StatusOr<absl::Span<const float>> logits = decoder->Decode(contexts, tokens, *executor);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (logits.ok() || (picked.size() == 1 && decoder != nullptr)) {
+      if (logits.ok() || picked.size() == 1) {
         const size_t vocab = picked.size() == 1 || !logits.ok() ? 0 : logits->size() / picked.size();
         // Each turn samples its own row (its sampler, stop rules and text
         // decoder are its own): spread over the worker's threads.
@@ -492,7 +491,7 @@ void Scheduler::WorkerLoop() {
           if (options_.on_step && outs[i].seconds > 0) options_.on_step(StepInfo{false, outs[i].seconds, 1});
         }
       }
-      holds_plans = decoder != nullptr && decoder->bound_nodes() > 0;
+      holds_plans = decoder->bound_nodes() > 0;
     }
     for (size_t i = 0; i < picked.size(); ++i) FinishStep(picked[i], std::move(outs[i]));
     {

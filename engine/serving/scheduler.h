@@ -41,6 +41,7 @@
 #ifndef DECODED_ENGINE_SERVING_SCHEDULER_H_
 #define DECODED_ENGINE_SERVING_SCHEDULER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -127,6 +128,8 @@ class Scheduler {
   static bool WorkerHasWork(WorkerWake* wake);
 
   void WorkerLoop();
+  // Sessions one decode step takes: options_.max_batch within [1, kMaxBatch].
+  int32_t MaxBatch() const { return std::clamp(options_.max_batch, 1, kMaxBatch); }
   // A queued session whose next step is a decode step (no end requested).
   bool DecodeReady(const Session* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the sessions of one step out of the run queue (see the contract).
