@@ -1,8 +1,8 @@
 // exp(x) without libm, branch-free so loops over it vectorize: Cephes expf
 // (S. Moshier): x = k ln2 + r with |r| <= ln2/2 (ln2 split in two), exp(r) by
 // a degree-6 minimax polynomial, 2^k from exponent bits; relative error a few
-// ulp. Shared by the f32 kernels (GELU's tanh, per tier) and the sampler's
-// softmax (baseline); each caller clamps x to its own range first.
+// ulp. Shared by the f32 kernels (GELU's tanh) and the sampler's row kernels
+// (softmax), both per tier; each caller clamps x to its own range first.
 #ifndef DECODED_ENGINE_EXP_POLY_H_
 #define DECODED_ENGINE_EXP_POLY_H_
 
@@ -28,6 +28,14 @@ inline float ExpPoly(float x) {
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
   return y * std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
+}
+
+// exp(x) for softmax terms x = (logit - max) / T <= 0: relative error < 2e-7
+// on [-87, 0], exactly 0 below -87.3 (where the true value is < 1.2e-38 and
+// irrelevant to a softmax) and for -inf. Branch-free, so loops vectorize.
+inline float ExpNonPositive(float x) {
+  const float xc = x < -87.3f ? -87.3f : (x > 0.0f ? 0.0f : x);
+  return x < -87.3f ? 0.0f : ExpPoly(xc);
 }
 
 }  // namespace DECODED_ISA_NS

@@ -7,14 +7,13 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "engine/sampling/vector_math.h"
+#include "engine/exp_poly.h"
+#include "engine/sampling/row_kernels.h"
 
 namespace decoded {
 namespace {
 
-using sampling_internal::ExpNonPositive;
-using sampling_internal::ExpShiftedSum;
-using sampling_internal::Max;
+namespace row = sampling_internal;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -74,17 +73,8 @@ void Sampler::ApplyPenalties(absl::Span<float> logits) const {
   }
 }
 
-int32_t Sampler::Argmax(absl::Span<const float> x) const {
-  const float m = Max(x.data(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] == m) return static_cast<int32_t>(i);
-  }
-  return 0;
-}
-
-size_t Sampler::SelectCandidates(size_t n, float m) {
+size_t Sampler::SelectCandidates(const float* x, size_t n, float m) {
   const SamplingParams& p = params_;
-  const float* x = scratch_logits_.data();
   float* w = scratch_weights_.data();
   int32_t* ids = scratch_ids_.data();
   // Best first; lower id first among equal logits so results are reproducible.
@@ -93,14 +83,14 @@ size_t Sampler::SelectCandidates(size_t n, float m) {
   size_t count = n;
   bool all = true;  // ids[] not yet filled: the candidates are every id
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
-    count = SelectTopK(n, static_cast<size_t>(p.top_k));
+    count = SelectTopK(x, n, static_cast<size_t>(p.top_k));
     all = false;
   }
   if (p.top_p < 1.0f) {
     // Probabilities at temperature 1, renormalised over the top-k survivors.
     double z = 0.0;
     if (all) {
-      z = sampling_internal::ExpShiftedSum(x, n, m, 1.0f, w);
+      z = row::ExpShifted(x, n, m, 1.0f, w);
       // The nucleus is a highest-first prefix, so it lies inside
       // {x >= m - d} as soon as that set's mass reaches the target; widen d
       // until it does, sorting only that set instead of the vocabulary.
@@ -175,8 +165,7 @@ size_t Sampler::SelectCandidates(size_t n, float m) {
   return count;  // top-k only (the other branches return above)
 }
 
-size_t Sampler::SelectTopK(size_t n, size_t k) {
-  const float* x = scratch_logits_.data();
+size_t Sampler::SelectTopK(const float* x, size_t n, size_t k) {
   int32_t* ids = scratch_ids_.data();
   // k-th largest value with a size-k min-heap: one pass, and after the first
   // few hundred elements almost every comparison rejects.
@@ -184,28 +173,31 @@ size_t Sampler::SelectTopK(size_t n, size_t k) {
   std::copy(x, x + k, heap);
   std::make_heap(heap, heap + k, std::greater<float>());
   for (size_t i = k; i < n; ++i) {
-    if (x[i] > heap[0]) {
-      std::pop_heap(heap, heap + k, std::greater<float>());
-      heap[k - 1] = x[i];
-      std::push_heap(heap, heap + k, std::greater<float>());
-    }
+    i += row::FindFirstAbove(x + i, n - i, heap[0]);
+    if (i == n) break;
+    std::pop_heap(heap, heap + k, std::greater<float>());
+    heap[k - 1] = x[i];
+    std::push_heap(heap, heap + k, std::greater<float>());
   }
   const float kth = heap[0];
   size_t count = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (x[i] > kth) ids[count++] = static_cast<int32_t>(i);
+    i += row::FindFirstAbove(x + i, n - i, kth);
+    if (i == n) break;
+    ids[count++] = static_cast<int32_t>(i);
   }
   // Ties at the k-th value: lowest ids first.
   for (size_t i = 0; i < n && count < k; ++i) {
-    if (x[i] == kth) ids[count++] = static_cast<int32_t>(i);
+    i += row::FindFirstEqual(x + i, n - i, kth);
+    if (i == n) break;
+    ids[count++] = static_cast<int32_t>(i);
   }
   return count;
 }
 
-int32_t Sampler::DrawAll(size_t n, float max_logit) {
-  const float* x = scratch_logits_.data();
+int32_t Sampler::DrawAll(const float* x, size_t n, float max_logit) {
   float* w = scratch_weights_.data();
-  const double total = sampling_internal::ExpShiftedSum(x, n, max_logit, 1.0f / params_.temperature, w);
+  const double total = row::ExpShifted(x, n, max_logit, 1.0f / params_.temperature, w);
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
   double cumulative = 0.0;
   int32_t last_positive = 0;
@@ -218,12 +210,11 @@ int32_t Sampler::DrawAll(size_t n, float max_logit) {
   return last_positive;
 }
 
-int32_t Sampler::Draw(absl::Span<const int32_t> ids, float max_logit) {
-  const float* x = scratch_logits_.data();
+int32_t Sampler::Draw(const float* x, absl::Span<const int32_t> ids, float max_logit) {
   float* w = scratch_weights_.data();
   const float inv_t = 1.0f / params_.temperature;
   for (size_t i = 0; i < ids.size(); ++i) w[i] = ExpNonPositive((x[ids[i]] - max_logit) * inv_t);
-  const double total = sampling_internal::Sum(w, ids.size());
+  const double total = row::Sum(w, ids.size());
   // 53 random bits -> uniform double in [0, 1): identical on every platform,
   // unlike std::uniform_real_distribution.
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
@@ -240,18 +231,36 @@ int32_t Sampler::Draw(absl::Span<const int32_t> ids, float max_logit) {
 
 void Sampler::FillTopLogprobs(absl::Span<const float> raw, float log_z, SampleResult& result) const {
   const size_t want = static_cast<size_t>(params_.top_logprobs);
+  const size_t n = raw.size();
   std::vector<TokenLogprob>& top = result.top;
   top.reserve(want + 1);
-  for (size_t i = 0; i < raw.size(); ++i) {
+  size_t i = 0;
+  for (; i < n && top.size() < want; ++i) {
     const float v = std::isnan(raw[i]) ? kNegInf : raw[i];
-    if (top.size() == want && !(v > top.back().logprob)) continue;
     // Insert keeping best-first order; equal logits keep the lower id first.
     auto pos = std::upper_bound(top.begin(), top.end(), v,
                                 [](float value, const TokenLogprob& t) { return value > t.logprob; });
     top.insert(pos, TokenLogprob{static_cast<int32_t>(i), v});
-    if (top.size() > want) top.pop_back();
+  }
+  // Full: only a logit above the current last one enters (NaN never does);
+  // the row kernel skips the rest of the vocabulary a vector at a time.
+  while (want > 0 && i < n) {
+    i += row::FindFirstAbove(raw.data() + i, n - i, top.back().logprob);
+    if (i == n) break;
+    const float v = raw[i];
+    top.insert(std::upper_bound(top.begin(), top.end(), v,
+                                [](float value, const TokenLogprob& t) { return value > t.logprob; }),
+               TokenLogprob{static_cast<int32_t>(i), v});
+    top.pop_back();
+    ++i;
   }
   for (TokenLogprob& t : top) t.logprob -= log_z;
+}
+
+bool Sampler::HasPenalties() const {
+  const SamplingParams& p = params_;
+  return !counts_.empty() &&
+         (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
 }
 
 SampleResult Sampler::Sample(absl::Span<const float> logits) {
@@ -263,26 +272,37 @@ SampleResult Sampler::Sample(absl::Span<const float> logits) {
     scratch_weights_.resize(n);
     scratch_ids_.resize(n);
   }
-  float* x = scratch_logits_.data();
-  for (size_t i = 0; i < n; ++i) x[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
-
-  // Log-normaliser of the raw logits, for the reported logprobs.
-  const float raw_max = Max(x, n);
-  float log_z = kNegInf;
-  if (std::isfinite(raw_max)) {
-    log_z = raw_max + static_cast<float>(std::log(ExpShiftedSum(x, n, raw_max, 1.0f, scratch_weights_.data())));
+  // The logits are read in place unless they must change: NaN becomes -inf
+  // and penalties rewrite the ids they count, in a copy (the raw row stays
+  // the reference of the reported logprobs).
+  const row::RowMax raw = row::ScanMax(logits.data(), n);
+  const bool penalise = HasPenalties();
+  const float* x = logits.data();
+  if (raw.has_nan || penalise) {
+    row::SanitizeCopy(logits.data(), n, scratch_logits_.data());
+    x = scratch_logits_.data();
   }
 
-  ApplyPenalties(absl::MakeSpan(x, n));
-  const SamplingParams& p = params_;
+  // Log-normaliser of the raw logits, for the reported logprobs.
+  float log_z = kNegInf;
+  if (std::isfinite(raw.max)) {
+    log_z = raw.max + static_cast<float>(std::log(row::SumExpShifted(x, n, raw.max, 1.0f)));
+  }
 
-  const float m = Max(x, n);
+  float m = raw.max;
+  if (penalise) {
+    ApplyPenalties(absl::MakeSpan(scratch_logits_.data(), n));
+    m = row::ScanMax(x, n).max;
+  }
+  const SamplingParams& p = params_;
   if (p.temperature == 0.0f || !std::isfinite(m)) {
-    result.id = Argmax(absl::MakeConstSpan(x, n));
+    // Argmax, lowest id on ties; every logit NaN / -inf gives id 0.
+    const size_t at = row::FindFirstEqual(x, n, m);
+    result.id = at < n ? static_cast<int32_t>(at) : 0;
   } else if (p.top_k == 0 && p.top_p >= 1.0f && p.min_p == 0.0f) {
-    result.id = DrawAll(n, m);
+    result.id = DrawAll(x, n, m);
   } else {
-    result.id = Draw(absl::MakeConstSpan(scratch_ids_.data(), SelectCandidates(n, m)), m);
+    result.id = Draw(x, absl::MakeConstSpan(scratch_ids_.data(), SelectCandidates(x, n, m)), m);
   }
   const float chosen = std::isnan(logits[result.id]) ? kNegInf : logits[result.id];
   result.logprob = std::isfinite(log_z) ? chosen - log_z : kNegInf;

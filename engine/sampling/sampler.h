@@ -63,7 +63,9 @@ struct SampleResult {
 //    p >= min_p * p_max; the survivors are drawn from softmax(logit / T) with
 //    one 53-bit uniform from mt19937_64(seed) per draw.
 //  * logprob / top: log-softmax of the *raw* logits (no penalty, T = 1).
-// Cost: O(n) per call (a few vectorised passes); top-k uses a size-k heap;
+// Cost: O(n) per call: greedy without penalties reads the row twice (max,
+// then the log-normaliser's exp-sum) and finds the first maximum; the row
+// kernels are per instruction-set tier (row_kernels.h); top-k uses a size-k heap;
 // top-p without top-k sorts only the ids within a few nats of the maximum
 // that hold the nucleus, not the whole vocabulary.
 // Allocation: scratch buffers grow on the first call only; `top` allocates
@@ -85,22 +87,23 @@ class Sampler {
   void ApplyPenalties(absl::Span<float> logits) const;
 
  private:
-  int32_t Argmax(absl::Span<const float> x) const;
+  // True when Accept() counted ids and some penalty is not off.
+  bool HasPenalties() const;
   // Fills scratch_ids_ with the top-k / top-p / min-p survivors of the
-  // penalised logits in scratch_logits_ (max m); returns their number.
-  size_t SelectCandidates(size_t n, float m);
+  // NaN-free penalised logits x (max m); returns their number.
+  size_t SelectCandidates(const float* x, size_t n, float m);
   // The k best ids (lowest ids among ties) into scratch_ids_; returns k.
-  size_t SelectTopK(size_t n, size_t k);
-  // Draws from softmax(logit / T) over `ids`, or over all n ids.
-  int32_t Draw(absl::Span<const int32_t> ids, float max_logit);
-  int32_t DrawAll(size_t n, float max_logit);
+  size_t SelectTopK(const float* x, size_t n, size_t k);
+  // Draws from softmax(x / T) over `ids`, or over all n ids.
+  int32_t Draw(const float* x, absl::Span<const int32_t> ids, float max_logit);
+  int32_t DrawAll(const float* x, size_t n, float max_logit);
   void FillTopLogprobs(absl::Span<const float> raw, float log_z, SampleResult& result) const;
 
   SamplingParams params_;
   int32_t vocab_size_;
   std::mt19937_64 rng_;
   absl::flat_hash_map<int32_t, int32_t> counts_;
-  std::vector<float> scratch_logits_;   // penalised logits, [n]
+  std::vector<float> scratch_logits_;   // NaN-free penalised copy of the logits (when needed), [n]
   std::vector<float> scratch_weights_;  // exp values, [n]
   std::vector<int32_t> scratch_ids_;    // candidate ids, [n]
 };
