@@ -6,6 +6,7 @@
 
 #include "engine/quant/blocks.h"
 #include "engine/quant/kernels.h"
+#include "engine/quant/prefetch.h"
 #include "engine/quant/x86.h"
 #include "engine/quant/quant.h"
 
@@ -94,6 +95,7 @@ float Dot(const uint8_t* w, const float* x, int64_t k) {
 template <typename W>
 void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   for (int64_t r = r0; r < r1; ++r) {
+    PrefetchAhead(w + r * w_row_bytes, w_row_bytes);
     for (int64_t i = 0; i < m; ++i) {
       y[i * ldy + r] = Dot<W>(w + r * w_row_bytes, reinterpret_cast<const float*>(xq + i * xq_row_bytes), k);
     }

@@ -16,6 +16,7 @@
 
 #include "engine/quant/blocks.h"
 #include "engine/quant/kernels.h"
+#include "engine/quant/prefetch.h"
 #include "engine/quant/x86.h"
 
 namespace decoded::quant::internal::DECODED_ISA_NS {
@@ -459,6 +460,7 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
     if (m >= kTileActs && k <= kMaxPackedK) {
       PackedK packed[kMaxPackedK / kQKK * kTileRows];
       for (; r + kTileRows <= r1; r += kTileRows) {
+        PrefetchAhead(w + r * w_row_bytes, kTileRows * w_row_bytes);
         for (int j = 0; j < kTileRows; ++j) Pack(w + (r + j) * w_row_bytes, nb, packed + j * nb);
         int64_t i = 0;
         for (; i + kTileActs <= m; i += kTileActs) {
@@ -473,6 +475,7 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   }
   for (; r < r1; ++r) {
     const uint8_t* wrow = w + r * w_row_bytes;
+    PrefetchAhead(wrow, w_row_bytes);
     int64_t i = 0;
     if constexpr (kHasMultiRow) {
       for (; i + kRowBatch <= m; i += kRowBatch) {

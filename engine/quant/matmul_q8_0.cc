@@ -24,6 +24,7 @@
 
 #include "engine/quant/blocks.h"
 #include "engine/quant/kernels.h"
+#include "engine/quant/prefetch.h"
 #include "engine/quant/x86.h"
 
 namespace decoded::quant::internal::DECODED_ISA_NS {
@@ -325,6 +326,7 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
     PackedPair packed[kMaxPackedK / (2 * kQK) * kTileRows];
     for (; r + kTileRows <= r1; r += kTileRows) {
       const uint8_t* wtile = w + r * w_row_bytes;
+      PrefetchAhead(wtile, kTileRows * w_row_bytes);
       PackTile<P, kTileRows>(wtile, w_row_bytes, nb, packed);
       int64_t i = 0;
       for (; i + kTileActs <= m; i += kTileActs) {
@@ -338,6 +340,7 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   }
   for (; r < r1; ++r) {
     const uint8_t* wrow = w + r * w_row_bytes;
+    PrefetchAhead(wrow, w_row_bytes);
     int64_t i = 0;
     for (; i + kM <= m; i += kM) {
       const BlockQ8_0* xa[kM];
@@ -439,6 +442,7 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   using Block = typename P::Block;
   const int64_t nb = k / kQK;
   for (int64_t r = r0; r < r1; ++r) {
+    PrefetchAhead(w + r * w_row_bytes, w_row_bytes);
     const auto* wb = reinterpret_cast<const Block*>(w + r * w_row_bytes);
     for (int64_t i = 0; i < m; ++i) {
       const auto* xa = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
@@ -506,6 +510,7 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   const int64_t nb = k / kQK;
   int8_t v[kQK];
   for (int64_t r = r0; r < r1; ++r) {
+    PrefetchAhead(w + r * w_row_bytes, w_row_bytes);
     const auto* wb = reinterpret_cast<const Block*>(w + r * w_row_bytes);
     for (int64_t i = 0; i < m; ++i) {
       const auto* xa = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
