@@ -318,9 +318,11 @@ inline __m256i PackedDot(const PackedK& p, const BlockQ8_K& a) {
 
 // A kRm x kRn tile (packed weight rows x activation rows). Per output the
 // float operations are DotQ45K's / DotQ6K's, in their order, so a result does
-// not depend on m, on its tile, or on the row split.
+// not depend on m, on its tile, or on the row split. `pf` (optional) advances
+// once per super-block.
 template <bool kQ6, int kRm, int kRn>
-void DotTileK(const PackedK* packed, int64_t nb, const uint8_t* xq, size_t xq_row_bytes, float* y, int64_t ldy) {
+void DotTileK(const PackedK* packed, int64_t nb, const uint8_t* xq, size_t xq_row_bytes, float* y, int64_t ldy,
+              SpreadPrefetch* pf) {
   const BlockQ8_K* xa[kRn];
   for (int i = 0; i < kRn; ++i) xa[i] = reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes);
   __m256 acc[kRm][kRn];
@@ -328,6 +330,7 @@ void DotTileK(const PackedK* packed, int64_t nb, const uint8_t* xq, size_t xq_ro
     for (int i = 0; i < kRn; ++i) acc[r][i] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
+    if (pf != nullptr) pf->Step();
     for (int i = 0; i < kRn; ++i) {
       const BlockQ8_K& a = xa[i][b];
       const __m256i bsums = Load256(a.bsums);
@@ -436,7 +439,7 @@ template <bool kHasHigh>
 void PackQ45K(const uint8_t*, int64_t, PackedK*) {}
 inline void PackQ6K(const uint8_t*, int64_t, PackedK*) {}
 template <bool kQ6, int kRm, int kRn>
-void DotTileK(const PackedK*, int64_t, const uint8_t*, size_t, float*, int64_t) {}
+void DotTileK(const PackedK*, int64_t, const uint8_t*, size_t, float*, int64_t, SpreadPrefetch*) {}
 #endif
 
 constexpr int kRowBatch = 4;
@@ -460,12 +463,15 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
     if (m >= kTileActs && k <= kMaxPackedK) {
       PackedK packed[kMaxPackedK / kQKK * kTileRows];
       for (; r + kTileRows <= r1; r += kTileRows) {
-        PrefetchAhead(w + r * w_row_bytes, kTileRows * w_row_bytes);
+        // The next tiles' lines, spread over the first activation tile's steps.
+        SpreadPrefetch pf(w + r * w_row_bytes, kTileRows * w_row_bytes, nb);
         for (int j = 0; j < kTileRows; ++j) Pack(w + (r + j) * w_row_bytes, nb, packed + j * nb);
         int64_t i = 0;
         for (; i + kTileActs <= m; i += kTileActs) {
-          DotTileK<kQ6, kTileRows, kTileActs>(packed, nb, xq + i * xq_row_bytes, xq_row_bytes, y + i * ldy + r, ldy);
+          DotTileK<kQ6, kTileRows, kTileActs>(packed, nb, xq + i * xq_row_bytes, xq_row_bytes, y + i * ldy + r, ldy,
+                                              i == 0 ? &pf : nullptr);
         }
+        pf.Finish();
         for (; i < m; ++i) {
           const auto* xa = reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes);
           for (int j = 0; j < kTileRows; ++j) y[i * ldy + r + j] = Dot(w + (r + j) * w_row_bytes, nb, xa);

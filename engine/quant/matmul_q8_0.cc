@@ -257,26 +257,41 @@ void PackTile(const uint8_t* w, size_t w_row_bytes, int64_t nb, PackedPair* out)
   }
 }
 
-// A kRm x kRn tile of outputs (weight rows x activation rows) for prefill,
-// from weight rows packed by PackTile (decoded once per tile of weight rows,
-// used by all m activation rows); each activation pair, with its offset
-// correction, is prepared once for kRm weight rows. Every output runs
+// An activation pair as the tiles use it: LoadActPair's values with the
+// scales spread (SpreadPair).
+struct PreparedAct {
+  __m512i a;
+  __m512i negcorr;
+  __m512 asum;
+  __m512 da;
+};
+
+template <typename P>
+inline PreparedAct PrepareAct(const BlockQ8_0* xa, int64_t b, bool single) {
+  const ActPair p = LoadActPair<P>(xa, b, single);
+  return PreparedAct{p.a, p.negcorr, p.asum, SpreadPair(p.da)};
+}
+
+// A kRm x kRn tile of outputs (weight rows x activation rows) for prefill
+// and batched decode, from weight rows packed by PackTile (decoded once per
+// tile of weight rows, used by all m activation rows); `act(i, b, single)`
+// gives activation row i's pair at block b (PrepareAct's values, computed
+// on the spot or read from a table made once per call). Every output runs
 // DotRow's float operations in DotRow's order: accumulator 0 takes the even
 // full pairs, accumulator 1 the odd ones and then a trailing single block,
 // the row result is the reduction of their sum; the scale products are the
 // same f32 products PairScale / PairScaleMin form, lane for lane. So an
 // output's bits do not depend on m, on the tile it lands in, or on how the
-// rows are split across threads.
-template <typename P, int kRm, int kRn>
-void DotTile(const PackedPair* packed, int64_t nb, const uint8_t* xq, size_t xq_row_bytes, float* y, int64_t ldy) {
-  const BlockQ8_0* xa[kRn];
-  for (int i = 0; i < kRn; ++i) xa[i] = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
+// rows are split across threads. `pf` (optional) advances once per pair step.
+template <typename P, int kRm, int kRn, typename ActFn>
+void DotTile(const PackedPair* packed, int64_t nb, ActFn act, float* y, int64_t ldy, SpreadPrefetch* pf) {
   __m512 acc[kRm][kRn], acc0[kRm][kRn];
   auto step = [&](int64_t b, bool single) {
+    if (pf != nullptr) pf->Step();
     const PackedPair* pp = packed + (b / 2) * kRm;
     for (int i = 0; i < kRn; ++i) {
-      const ActPair a = LoadActPair<P>(xa[i], b, single);
-      const __m512 da = SpreadPair(a.da);
+      const PreparedAct a = act(i, b, single);
+      const __m512 da = a.da;
       for (int r = 0; r < kRm; ++r) {
         const __m512i s = _mm512_dpbusd_epi32(a.negcorr, pp[r].codes, a.a);
         if constexpr (P::kHasMin) {
@@ -316,6 +331,11 @@ void DotTile(const PackedPair* packed, int64_t nb, const uint8_t* xq, size_t xq_
 constexpr int kTileRows = 4;
 constexpr int kTileActs = 4;
 constexpr int64_t kMaxPackedK = 8192;
+// Batched decode steps (m of a few to 64 rows, k of a small model) prepare
+// every activation pair once per call instead of once per weight tile, which
+// was about a third of the tile's instructions; up to this many pairs (128
+// KiB of stack, e.g. 16 rows at k = 2048), larger calls prepare per tile.
+constexpr int64_t kMaxPreparedPairs = 512;
 
 template <typename P>
 void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
@@ -324,14 +344,38 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   int64_t r = r0;
   if (m >= kTileActs && k <= kMaxPackedK) {
     PackedPair packed[kMaxPackedK / (2 * kQK) * kTileRows];
+    // Pair index b / 2 of activation row i at prepared[i * n_steps + b / 2]
+    // (the trailing single block of an odd nb is the last step).
+    const int64_t n_steps = (nb + 1) / 2;
+    const int64_t tiled_rows = m - m % kTileActs;
+    PreparedAct prepared[kMaxPreparedPairs];
+    const bool use_prepared = tiled_rows * n_steps <= kMaxPreparedPairs;
+    if (use_prepared) {
+      for (int64_t i = 0; i < tiled_rows; ++i) {
+        const auto* xa = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
+        for (int64_t st = 0; st < n_steps; ++st) prepared[i * n_steps + st] = PrepareAct<P>(xa, 2 * st, 2 * st + 1 == nb);
+      }
+    }
     for (; r + kTileRows <= r1; r += kTileRows) {
       const uint8_t* wtile = w + r * w_row_bytes;
-      PrefetchAhead(wtile, kTileRows * w_row_bytes);
+      // The next tiles' lines, spread over the first activation tile's steps.
+      SpreadPrefetch pf(wtile, kTileRows * w_row_bytes, (nb + 1) / 2);
       PackTile<P, kTileRows>(wtile, w_row_bytes, nb, packed);
       int64_t i = 0;
       for (; i + kTileActs <= m; i += kTileActs) {
-        DotTile<P, kTileRows, kTileActs>(packed, nb, xq + i * xq_row_bytes, xq_row_bytes, y + i * ldy + r, ldy);
+        SpreadPrefetch* tile_pf = i == 0 ? &pf : nullptr;
+        if (use_prepared) {
+          const PreparedAct* rows = prepared + i * n_steps;
+          auto act = [rows, n_steps](int a, int64_t b, bool) { return rows[a * n_steps + b / 2]; };
+          DotTile<P, kTileRows, kTileActs>(packed, nb, act, y + i * ldy + r, ldy, tile_pf);
+        } else {
+          const BlockQ8_0* xa[kTileActs];
+          for (int a = 0; a < kTileActs; ++a) xa[a] = reinterpret_cast<const BlockQ8_0*>(xq + (i + a) * xq_row_bytes);
+          auto act = [&xa](int a, int64_t b, bool single) { return PrepareAct<P>(xa[a], b, single); };
+          DotTile<P, kTileRows, kTileActs>(packed, nb, act, y + i * ldy + r, ldy, tile_pf);
+        }
       }
+      pf.Finish();
       for (; i < m; ++i) {
         const auto* xa = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
         for (int j = 0; j < kTileRows; ++j) y[i * ldy + r + j] = DotRow<P>(wtile + j * w_row_bytes, nb, xa);
