@@ -455,7 +455,9 @@ constexpr int kTileRows = 2;
 constexpr int kTileActs = 4;
 constexpr int64_t kMaxPackedK = 8192;
 
-template <float (*Dot)(const uint8_t*, int64_t, const BlockQ8_K*), MultiDot Multi, PackFn Pack, bool kQ6>
+// Multi / Multi3 / Multi2: the multi-row dot for kRowBatch / 3 / 2 rows.
+template <float (*Dot)(const uint8_t*, int64_t, const BlockQ8_K*), MultiDot Multi, MultiDot Multi3, MultiDot Multi2,
+          PackFn Pack, bool kQ6>
 void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   const int64_t nb = k / kQKK;
   int64_t r = r0;
@@ -484,10 +486,24 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
     PrefetchAhead(wrow, w_row_bytes);
     int64_t i = 0;
     if constexpr (kHasMultiRow) {
+      const BlockQ8_K* xa[kRowBatch];
+      auto rows = [&](int count) {
+        for (int j = 0; j < count; ++j) xa[j] = reinterpret_cast<const BlockQ8_K*>(xq + (i + j) * xq_row_bytes);
+      };
       for (; i + kRowBatch <= m; i += kRowBatch) {
-        const BlockQ8_K* xa[kRowBatch];
-        for (int j = 0; j < kRowBatch; ++j) xa[j] = reinterpret_cast<const BlockQ8_K*>(xq + (i + j) * xq_row_bytes);
+        rows(kRowBatch);
         Multi(wrow, nb, xa, y + i * ldy + r, ldy);
+      }
+      // 2 or 3 rows left (batched decode of 2-3 sessions): unpack the
+      // super-block once for them too.
+      if (m - i == 3) {
+        rows(3);
+        Multi3(wrow, nb, xa, y + i * ldy + r, ldy);
+        i = m;
+      } else if (m - i == 2) {
+        rows(2);
+        Multi2(wrow, nb, xa, y + i * ldy + r, ldy);
+        i = m;
       }
     }
     for (; i < m; ++i) {
@@ -498,8 +514,17 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
 
 }  // namespace
 
-void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<false>, DotQ45KMulti<false, kRowBatch>, PackQ45K<false>, false>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
-void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ45K<true>, DotQ45KMulti<true, kRowBatch>, PackQ45K<true>, false>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
-void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) { MatMulImpl<DotQ6K, DotQ6KMulti<kRowBatch>, PackQ6K, true>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1); }
+void MatMulQ4_K(DECODED_QUANT_MATMUL_ARGS) {
+  MatMulImpl<DotQ45K<false>, DotQ45KMulti<false, kRowBatch>, DotQ45KMulti<false, 3>, DotQ45KMulti<false, 2>,
+             PackQ45K<false>, false>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1);
+}
+void MatMulQ5_K(DECODED_QUANT_MATMUL_ARGS) {
+  MatMulImpl<DotQ45K<true>, DotQ45KMulti<true, kRowBatch>, DotQ45KMulti<true, 3>, DotQ45KMulti<true, 2>,
+             PackQ45K<true>, false>(w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1);
+}
+void MatMulQ6_K(DECODED_QUANT_MATMUL_ARGS) {
+  MatMulImpl<DotQ6K, DotQ6KMulti<kRowBatch>, DotQ6KMulti<3>, DotQ6KMulti<2>, PackQ6K, true>(
+      w, w_row_bytes, k, xq, xq_row_bytes, m, y, ldy, r0, r1);
+}
 
 }  // namespace decoded::quant::internal::DECODED_ISA_NS

@@ -386,12 +386,23 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
     const uint8_t* wrow = w + r * w_row_bytes;
     PrefetchAhead(wrow, w_row_bytes);
     int64_t i = 0;
+    const BlockQ8_0* xa[kM];
+    auto rows = [&](int count) {
+      for (int j = 0; j < count; ++j) xa[j] = reinterpret_cast<const BlockQ8_0*>(xq + (i + j) * xq_row_bytes);
+    };
     for (; i + kM <= m; i += kM) {
-      const BlockQ8_0* xa[kM];
-      for (int j = 0; j < kM; ++j) xa[j] = reinterpret_cast<const BlockQ8_0*>(xq + (i + j) * xq_row_bytes);
+      rows(kM);
       DotRowMulti<P, kM>(wrow, nb, xa, y + i * ldy + r, ldy);
     }
-    for (; i < m; ++i) {
+    // 2 or 3 rows left (batched decode of 2-3 sessions): decode the weight
+    // pair once for them too.
+    if (m - i == 3) {
+      rows(3);
+      DotRowMulti<P, 3>(wrow, nb, xa, y + i * ldy + r, ldy);
+    } else if (m - i == 2) {
+      rows(2);
+      DotRowMulti<P, 2>(wrow, nb, xa, y + i * ldy + r, ldy);
+    } else if (m - i == 1) {
       y[i * ldy + r] = DotRow<P>(wrow, nb, reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes));
     }
   }
