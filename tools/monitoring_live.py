@@ -363,7 +363,7 @@ def main():
             rng = max(60, int(end - load_start + 20))
             url = f"{prom.base}/consoles/decoded.html#range={rng}"
             browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                       f"--user-data-dir={tmp}/chromium", "--window-size=1400,1600", "--virtual-time-budget=20000"]
+                       f"--user-data-dir={tmp}/chromium", "--window-size=1400,1840", "--virtual-time-budget=20000"]
             dom = subprocess.run(browser + ["--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
             m = re.search(r'data-graphs-drawn="(\d+)" data-series="(\d+)"', dom)
             if m is None or int(m.group(1)) != len(dash_panels) or int(m.group(2)) < len(dash):
