@@ -19,7 +19,8 @@
 // vpdpbusd (u8 x s8) applies; the offset's contribution O * sum(qa) depends
 // only on the activation and seeds the integer accumulator.
 // AVX2: one block per ymm, sign trick (|qw| x sign(qa, qw)) into maddubs;
-// the _1 types' unsigned codes go into maddubs directly.
+// the _1 types' unsigned codes go into maddubs directly; each weight block
+// is decoded once for up to 4 activation rows (batched decode, prefill).
 #include <cstring>
 
 #include "engine/quant/blocks.h"
@@ -410,14 +411,6 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
 
 #elif defined(__AVX2__)
 
-// Sum of the 32 products of signed int8 vectors, as 8 int32 lanes; |x| <= 128
-// and |y| <= 127 keep maddubs' int16 pair sums from saturating.
-inline __m256i DotS8(__m256i x, __m256i y) {
-  const __m256i ax = _mm256_sign_epi8(x, x);
-  const __m256i sy = _mm256_sign_epi8(y, x);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
-}
-
 inline __m256i Nibbles(const uint8_t* qs) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
@@ -467,21 +460,50 @@ struct Q5_1Block {
   static __m256i Values(const Block& b) { return FiveBits(b); }
 };
 
-// acc + the terms of one weight block with its activation block. The _1
-// types' pair sums in maddubs stay below 2*31*127, far from saturating.
+// One weight block decoded for the activation rows that use it: its values
+// (P::Values), for the signed types also |values| (for maddubs, which takes
+// one unsigned operand: |w| x sign(a, w) = w x a), and
+// its scale (and min) as f32.
 template <typename P>
-inline __m256 BlockTerm(const typename P::Block& wb, const BlockQ8_0& xa, __m256 acc) {
-  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.qs));
+struct DecodedBlock {
+  __m256i v;
+  __m256i v_abs;
+  float d;
+  float m;
+};
+
+template <typename P>
+inline DecodedBlock<P> DecodeBlock(const typename P::Block& wb) {
+  DecodedBlock<P> db;
+  db.v = P::Values(wb);
+  db.d = HalfToFloat(wb.d);
   if constexpr (P::kHasMin) {
-    const __m256i ones16 = _mm256_set1_epi16(1);
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(P::Values(wb), a), ones16);
-    const __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), ones16);
-    const float da = HalfToFloat(xa.d);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(HalfToFloat(wb.d) * da), acc);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_set1_ps(HalfToFloat(wb.m) * da), acc);
+    db.v_abs = db.v;
+    db.m = HalfToFloat(wb.m);
   } else {
-    const __m256i s = DotS8(P::Values(wb), a);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(HalfToFloat(wb.d) * HalfToFloat(xa.d)), acc);
+    db.v_abs = _mm256_sign_epi8(db.v, db.v);
+    db.m = 0.0f;
+  }
+  return db;
+}
+
+// acc + the terms of one decoded weight block with its activation block. The
+// _1 types' pair sums in maddubs stay below 2*31*127, far from saturating;
+// for the signed types |w| <= 128 and |a| <= 127 keep maddubs' int16 pair
+// sums from saturating (sign trick: |w| x sign(a, w)).
+template <typename P>
+inline __m256 BlockTerm(const DecodedBlock<P>& db, const BlockQ8_0& xa, __m256 acc) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.qs));
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const float da = HalfToFloat(xa.d);
+  if constexpr (P::kHasMin) {
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(db.v, a), ones16);
+    const __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), ones16);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(db.d * da), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_set1_ps(db.m * da), acc);
+  } else {
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(db.v_abs, _mm256_sign_epi8(a, db.v)), ones16);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(db.d * da), acc);
   }
 }
 
@@ -492,23 +514,61 @@ inline float Hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// One weight row times kM activation rows: each block is decoded once and
+// used kM times. Per activation row the float operations are the one-row
+// order (accumulator 0: even blocks and a trailing odd one, 1: odd blocks;
+// the result is the sum of the two reduced), so a row's output does not
+// depend on how many rows share the call.
+template <typename P, int kM>
+void DotRowMulti(const typename P::Block* wb, int64_t nb, const BlockQ8_0* const* xa, float* out, int64_t out_stride) {
+  __m256 acc0[kM], acc1[kM];
+  for (int j = 0; j < kM; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    const DecodedBlock<P> d0 = DecodeBlock<P>(wb[b]);
+    const DecodedBlock<P> d1 = DecodeBlock<P>(wb[b + 1]);
+    for (int j = 0; j < kM; ++j) {
+      acc0[j] = BlockTerm<P>(d0, xa[j][b], acc0[j]);
+      acc1[j] = BlockTerm<P>(d1, xa[j][b + 1], acc1[j]);
+    }
+  }
+  if (b < nb) {
+    const DecodedBlock<P> d0 = DecodeBlock<P>(wb[b]);
+    for (int j = 0; j < kM; ++j) acc0[j] = BlockTerm<P>(d0, xa[j][b], acc0[j]);
+  }
+  for (int j = 0; j < kM; ++j) out[j * out_stride] = Hsum(_mm256_add_ps(acc0[j], acc1[j]));
+}
+
 template <typename P>
 void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
   using Block = typename P::Block;
   const int64_t nb = k / kQK;
+  constexpr int kM = 4;
   for (int64_t r = r0; r < r1; ++r) {
     PrefetchAhead(w + r * w_row_bytes, w_row_bytes);
     const auto* wb = reinterpret_cast<const Block*>(w + r * w_row_bytes);
-    for (int64_t i = 0; i < m; ++i) {
-      const auto* xa = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-      int64_t b = 0;
-      for (; b + 1 < nb; b += 2) {
-        acc0 = BlockTerm<P>(wb[b], xa[b], acc0);
-        acc1 = BlockTerm<P>(wb[b + 1], xa[b + 1], acc1);
-      }
-      if (b < nb) acc0 = BlockTerm<P>(wb[b], xa[b], acc0);
-      y[i * ldy + r] = Hsum(_mm256_add_ps(acc0, acc1));
+    const BlockQ8_0* xa[kM];
+    int64_t i = 0;
+    auto rows = [&](int count) {
+      for (int j = 0; j < count; ++j) xa[j] = reinterpret_cast<const BlockQ8_0*>(xq + (i + j) * xq_row_bytes);
+    };
+    for (; i + kM <= m; i += kM) {
+      rows(kM);
+      DotRowMulti<P, kM>(wb, nb, xa, y + i * ldy + r, ldy);
+    }
+    rows(static_cast<int>(m - i));
+    switch (m - i) {
+      case 3:
+        DotRowMulti<P, 3>(wb, nb, xa, y + i * ldy + r, ldy);
+        break;
+      case 2:
+        DotRowMulti<P, 2>(wb, nb, xa, y + i * ldy + r, ldy);
+        break;
+      case 1:
+        DotRowMulti<P, 1>(wb, nb, xa, y + i * ldy + r, ldy);
+        break;
+      default:
+        break;
     }
   }
 }
