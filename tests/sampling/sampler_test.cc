@@ -1,13 +1,16 @@
 #include "engine/sampling/sampler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/common/per_cpu_isa.h"
 
 // Counts heap allocations so a test can check that Sample() reuses its
 // scratch after the first call. (GCC cannot see that the replaced new and
@@ -315,6 +318,224 @@ TEST(SamplerTest, SampleDoesNotAllocateAfterTheFirstCall) {
 TEST(SamplerTest, EmptyLogitsYieldNoToken) {
   Sampler s(Params(1.0f), 0);
   EXPECT_EQ(s.Sample({}).id, -1);
+}
+
+// Edge rows against plain reference loops, on every kernel tier: the sampler
+// reads the row through per-tier kernels (row_kernels.h), so ties, NaN, -inf,
+// +inf, lengths around the kernels' vector (16) and block (128) sizes and
+// hits at consecutive ids are checked on each.
+class SamplerEdgeRows : public testing::PerCpuIsaTest {};
+DECODED_INSTANTIATE_PER_CPU_ISA(SamplerEdgeRows);
+
+constexpr float kInfF = std::numeric_limits<float>::infinity();
+constexpr size_t kEdgeLengths[] = {1, 2, 15, 16, 17, 31, 127, 128, 129, 255, 256, 257, 1000};
+
+// Rows of few distinct values (many ties), with NaN / -inf / +inf sprinkled
+// in according to `kind` (0: none, 1: NaN and -inf, 2: also +inf).
+std::vector<float> TieHeavyRow(size_t n, uint32_t seed, int kind) {
+  std::vector<float> l(n);
+  uint32_t s = seed;
+  for (float& v : l) {
+    s = s * 1664525u + 1013904223u;
+    const uint32_t r = s >> 24;  // 0..255
+    v = static_cast<float>(static_cast<int>(r % 7) - 3);
+    if (kind >= 1 && r >= 230 && r < 243) v = std::nanf("");
+    if (kind >= 1 && r >= 243 && r < 252) v = -kInfF;
+    if (kind >= 2 && r >= 252) v = kInfF;
+  }
+  return l;
+}
+
+float Sanitized(float v) { return std::isnan(v) ? -kInfF : v; }
+
+// Ids best first, lower id first among equal values, NaN as -inf.
+std::vector<int32_t> RankedIds(const std::vector<float>& x) {
+  std::vector<int32_t> ids(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return Sanitized(x[a]) > Sanitized(x[b]); });
+  return ids;
+}
+
+int32_t PlainArgmax(const std::vector<float>& x) {
+  int32_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i) {
+    if (Sanitized(x[i]) > Sanitized(x[best])) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+TEST_P(SamplerEdgeRows, GreedyIsThePlainFirstArgmax) {
+  for (size_t n : kEdgeLengths) {
+    for (int kind : {0, 1, 2}) {
+      for (uint32_t seed = 1; seed <= 5; ++seed) {
+        const std::vector<float> x = TieHeavyRow(n, seed * 31 + static_cast<uint32_t>(n), kind);
+        Sampler s(Params(0.0f), static_cast<int32_t>(n));
+        EXPECT_EQ(s.Sample(x).id, PlainArgmax(x)) << "n " << n << " kind " << kind << " seed " << seed;
+      }
+    }
+  }
+}
+
+TEST_P(SamplerEdgeRows, PlusInfinityWinsAtAnyTemperatureLowestIdFirst) {
+  for (size_t n : {size_t{3}, size_t{17}, size_t{300}}) {
+    std::vector<float> x(n, 1.0f);
+    x[0] = std::nanf("");
+    x[n - 1] = kInfF;
+    x[n / 2] = kInfF;
+    for (float t : {0.0f, 1.0f}) {
+      SamplingParams p = Params(t, 3);
+      p.top_k = t > 0.0f ? 2 : 0;
+      Sampler s(p, static_cast<int32_t>(n));
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(s.Sample(x).id, static_cast<int32_t>(n / 2)) << n << " T " << t;
+    }
+  }
+}
+
+TEST_P(SamplerEdgeRows, EveryLogitNanOrMinusInfinityGivesIdZero) {
+  const float nan = std::nanf("");
+  for (size_t n : {size_t{1}, size_t{16}, size_t{33}, size_t{300}}) {
+    std::vector<float> all_nan(n, nan), all_neg(n, -kInfF), mixed(n, nan);
+    for (size_t i = 1; i < n; i += 2) mixed[i] = -kInfF;
+    for (const std::vector<float>* x : {&all_nan, &all_neg, &mixed}) {
+      for (float t : {0.0f, 0.7f}) {
+        for (int k : {0, 2}) {
+          for (bool penalised : {false, true}) {
+            SamplingParams p = Params(t, 4);
+            p.top_k = k;
+            p.top_p = 0.9f;
+            p.repetition_penalty = penalised ? 1.3f : 1.0f;
+            Sampler s(p, static_cast<int32_t>(n));
+            s.Accept(0);
+            const SampleResult r = s.Sample(*x);
+            EXPECT_EQ(r.id, 0) << n << " T " << t << " k " << k << " penalised " << penalised;
+            EXPECT_EQ(r.logprob, -kInfF);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Draws under top-k cover exactly the k best ids (lower ids first at the k-th
+// value), with ties placed at vector/block boundaries and next to each other.
+TEST_P(SamplerEdgeRows, TopKKeepsExactlyTheKBestWithLowestIdsAtTheKthValue) {
+  for (size_t n : {size_t{20}, size_t{129}, size_t{300}, size_t{1000}}) {
+    for (int kind : {0, 1}) {
+      std::vector<float> x = TieHeavyRow(n, 77 + static_cast<uint32_t>(n), kind);
+      // Consecutive hits across a 128-element block edge and a 16-lane edge.
+      for (size_t at : {size_t{15}, size_t{16}, size_t{127}, size_t{128}, size_t{129}}) {
+        if (at < n) x[at] = 3.0f;
+      }
+      const std::vector<int32_t> ranked = RankedIds(x);
+      for (size_t k : {size_t{1}, size_t{3}, size_t{7}, n / 3}) {
+        if (k == 0 || k >= n) continue;
+        std::vector<int> want(n, 0);
+        for (size_t j = 0; j < k; ++j) {
+          if (Sanitized(x[ranked[j]]) > -kInfF) want[ranked[j]] = 1;  // -inf has weight 0
+        }
+        SamplingParams p = Params(1000.0f, 9);  // nearly uniform over the kept ids
+        p.top_k = static_cast<int32_t>(k);
+        std::vector<int> seen(n, 0);
+        for (int32_t id : Draws(p, x, 4000 + 200 * static_cast<int>(k))) ++seen[id];
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(seen[i] > 0, want[i] == 1) << "n " << n << " kind " << kind << " k " << k << " id " << i;
+        }
+      }
+    }
+  }
+}
+
+// top: the first `want` ids of the plain ranking of the raw row (NaN as -inf,
+// lower id first on ties), with and without penalties; logprob of the chosen
+// id against a double-precision log-normaliser.
+TEST_P(SamplerEdgeRows, TopLogprobsAreThePlainRankingOfTheRawRow) {
+  for (size_t n : kEdgeLengths) {
+    for (int kind : {0, 1, 2}) {
+      std::vector<float> x = TieHeavyRow(n, 5 + static_cast<uint32_t>(n), kind);
+      if (kind == 1 && n > 4) {
+        for (size_t i = 0; i < 4; ++i) x[i] = std::nanf("");  // the initial fill is all -inf
+      }
+      double max = -kInfF;
+      for (float v : x) max = std::max<double>(max, Sanitized(v));
+      double z = 0.0;
+      for (float v : x) z += std::exp(Sanitized(v) - max);
+      const double log_z = max + std::log(z);
+      const std::vector<int32_t> ranked = RankedIds(x);
+      for (int want : {1, 4, 20}) {
+        for (bool penalised : {false, true}) {
+          SamplingParams p = Params(0.0f);
+          p.top_logprobs = want;
+          p.repetition_penalty = penalised ? 2.0f : 1.0f;  // must not change what is reported
+          Sampler s(p, static_cast<int32_t>(n));
+          s.Accept(ranked[0]);
+          const SampleResult r = s.Sample(x);
+          const std::string where = "n " + std::to_string(n) + " kind " + std::to_string(kind) + " want " +
+                                    std::to_string(want) + (penalised ? " penalised" : "");
+          if (std::isfinite(log_z)) {
+            EXPECT_NEAR(r.logprob, Sanitized(x[r.id]) - log_z, 1e-5) << where;
+          }
+          ASSERT_EQ(r.top.size(), std::min<size_t>(want, n)) << where;
+          for (size_t j = 0; j < r.top.size(); ++j) {
+            EXPECT_EQ(r.top[j].id, ranked[j]) << where << " rank " << j;
+            const double v = Sanitized(x[ranked[j]]);
+            if (std::isfinite(log_z) && std::isfinite(v)) {
+              EXPECT_NEAR(r.top[j].logprob, v - log_z, 1e-5) << where << " rank " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Penalties rewrite a copy: the caller's row is untouched and the next call
+// starts again from the raw values (no penalty applied twice).
+TEST_P(SamplerEdgeRows, PenaltiesDoNotAccumulateAcrossCalls) {
+  SamplingParams p = Params(0.0f);
+  p.presence_penalty = 1.5f;
+  Sampler s(p, 40);
+  std::vector<float> x(40, 0.0f);
+  x[3] = 2.0f;   // 0.5 after the penalty
+  x[37] = 1.0f;  // unpenalised runner-up
+  x[20] = std::nanf("");
+  const std::vector<float> copy = x;
+  s.Accept(3);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s.Sample(x).id, 37) << i;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i != 20) {
+      EXPECT_EQ(x[i], copy[i]) << i;
+    }
+  }
+  EXPECT_TRUE(std::isnan(x[20]));
+}
+
+// The in-place paths (no NaN, no penalties) and the copy paths alike reuse
+// the scratch of the first call, also for a later shorter row.
+TEST_P(SamplerEdgeRows, NoAllocationAfterTheFirstCallOnEveryPath) {
+  const std::vector<float> clean = PseudoRandomLogits(4099, 2);
+  std::vector<float> with_nan = clean;
+  with_nan[7] = std::nanf("");
+  with_nan[4098] = std::nanf("");
+  struct Case {
+    float t;
+    int k;
+    float top_p;
+    float min_p;
+  };
+  for (const Case& c : {Case{0.0f, 0, 1.0f, 0.0f}, Case{0.9f, 0, 1.0f, 0.0f}, Case{0.9f, 50, 1.0f, 0.0f},
+                        Case{0.9f, 0, 0.8f, 0.0f}, Case{0.9f, 0, 1.0f, 0.1f}}) {
+    SamplingParams p = Params(c.t, 6);
+    p.top_k = c.k;
+    p.top_p = c.top_p;
+    p.min_p = c.min_p;
+    Sampler s(p, 4099);
+    s.Sample(clean);
+    const long before = g_allocations.load();
+    s.Sample(clean);
+    s.Sample(with_nan);
+    s.Sample(absl::MakeConstSpan(with_nan.data(), 100));
+    EXPECT_EQ(g_allocations.load() - before, 0) << "T " << c.t << " k " << c.k << " p " << c.top_p;
+  }
 }
 
 struct InvalidCase {
