@@ -199,15 +199,27 @@ int32_t Sampler::DrawAll(const float* x, size_t n, float max_logit) {
   float* w = scratch_weights_.data();
   const double total = row::ExpShifted(x, n, max_logit, 1.0f / params_.temperature, w);
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+  // Inverse CDF: the first id whose cumulative weight exceeds u. Whole
+  // blocks whose mass ends at or below u are stepped over by their sum (a
+  // vectorized row kernel) instead of one dependent add per id.
+  constexpr size_t kBlock = 256;
   double cumulative = 0.0;
-  int32_t last_positive = 0;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    const double block = row::Sum(w + i, kBlock);
+    if (u < cumulative + block) break;
+    cumulative += block;
+  }
+  for (; i < n; ++i) {
     if (w[i] <= 0.0f) continue;
     cumulative += w[i];
-    last_positive = static_cast<int32_t>(i);
-    if (u < cumulative) return last_positive;
+    if (u < cumulative) return static_cast<int32_t>(i);
   }
-  return last_positive;
+  // Rounding left u at the very top: the last id with a positive weight.
+  for (size_t j = n; j-- > 0;) {
+    if (w[j] > 0.0f) return static_cast<int32_t>(j);
+  }
+  return 0;
 }
 
 int32_t Sampler::Draw(const float* x, absl::Span<const int32_t> ids, float max_logit) {
