@@ -1,31 +1,15 @@
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <new>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/common/counting_allocator.h"
 #include "tests/common/per_cpu_isa.h"
-
-// Counts heap allocations so a test can check that Sample() reuses its
-// scratch after the first call. (GCC cannot see that the replaced new and
-// delete below pair malloc with free.)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size ? size : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace decoded {
 namespace {
@@ -309,9 +293,9 @@ TEST(SamplerTest, SampleDoesNotAllocateAfterTheFirstCall) {
     Sampler s(p, 262144);
     s.Accept(3);
     s.Sample(logits);
-    const long before = g_allocations.load();
+    const int64_t before = testing::HeapAllocations();
     for (int i = 0; i < 5; ++i) s.Sample(logits);
-    EXPECT_EQ(g_allocations.load() - before, 0) << "temperature " << temperature;
+    EXPECT_EQ(testing::HeapAllocations() - before, 0) << "temperature " << temperature;
   }
 }
 
@@ -530,11 +514,11 @@ TEST_P(SamplerEdgeRows, NoAllocationAfterTheFirstCallOnEveryPath) {
     p.min_p = c.min_p;
     Sampler s(p, 4099);
     s.Sample(clean);
-    const long before = g_allocations.load();
+    const int64_t before = testing::HeapAllocations();
     s.Sample(clean);
     s.Sample(with_nan);
     s.Sample(absl::MakeConstSpan(with_nan.data(), 100));
-    EXPECT_EQ(g_allocations.load() - before, 0) << "T " << c.t << " k " << c.k << " p " << c.top_p;
+    EXPECT_EQ(testing::HeapAllocations() - before, 0) << "T " << c.t << " k " << c.k << " p " << c.top_p;
   }
 }
 
