@@ -37,41 +37,23 @@ void Run(benchmark::State& state, SamplingParams p, bool penalise) {
   state.SetItemsProcessed(state.iterations() * kVocab);
 }
 
-void BM_Greedy(benchmark::State& s) { Run(s, SamplingParams{}, false); }
-void BM_GreedyPenalised(benchmark::State& s) {
+SamplingParams With(float temperature, int32_t top_k, float top_p, int32_t top_logprobs, float repetition) {
   SamplingParams p;
-  p.repetition_penalty = 1.1f;
-  Run(s, p, true);
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.top_logprobs = top_logprobs;
+  p.repetition_penalty = repetition;
+  return p;
 }
-void BM_GreedyTopLogprobs5(benchmark::State& s) {
-  SamplingParams p;
-  p.top_logprobs = 5;
-  Run(s, p, false);
-}
-void BM_Temperature(benchmark::State& s) {
-  SamplingParams p;
-  p.temperature = 0.8f;
-  Run(s, p, false);
-}
-void BM_TopKTopP(benchmark::State& s) {
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.top_k = 40;
-  p.top_p = 0.95f;
-  Run(s, p, false);
-}
-void BM_TopP(benchmark::State& s) {
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.top_p = 0.95f;
-  Run(s, p, false);
-}
-BENCHMARK(BM_Greedy);
-BENCHMARK(BM_GreedyPenalised);
-BENCHMARK(BM_GreedyTopLogprobs5);
-BENCHMARK(BM_Temperature);
-BENCHMARK(BM_TopKTopP);
-BENCHMARK(BM_TopP);
+
+// Name, params (temperature, top_k, top_p, top_logprobs, repetition penalty), penalised ids accepted.
+BENCHMARK_CAPTURE(Run, Greedy, With(0.0f, 0, 1.0f, 0, 1.0f), false);
+BENCHMARK_CAPTURE(Run, GreedyPenalised, With(0.0f, 0, 1.0f, 0, 1.1f), true);
+BENCHMARK_CAPTURE(Run, GreedyTopLogprobs5, With(0.0f, 0, 1.0f, 5, 1.0f), false);
+BENCHMARK_CAPTURE(Run, Temperature, With(0.8f, 0, 1.0f, 0, 1.0f), false);
+BENCHMARK_CAPTURE(Run, TopKTopP, With(0.8f, 40, 0.95f, 0, 1.0f), false);
+BENCHMARK_CAPTURE(Run, TopP, With(0.8f, 0, 0.95f, 0, 1.0f), false);
 
 }  // namespace
 }  // namespace decoded

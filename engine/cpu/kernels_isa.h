@@ -9,6 +9,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "engine/cpu/kernels.h"
+#include "engine/isa_dispatch.h"
 
 // X(return type, name, (parameters), (arguments)) for every kernel of
 // kernels.h (Share, inline, excepted).
@@ -60,20 +61,8 @@
   X(size_t, MoeFfnWorkspaceBytes, (const MoeFfnArgs& a), (a))                                                         \
   X(void, MoeFfn, (const MoeFfnArgs& a, int ith, int nth, absl::FunctionRef<void()> barrier), (a, ith, nth, barrier))
 
-#define DECODED_CPU_DECLARE_KERNEL(ret, name, params, args) ret name params;
-
 namespace decoded::cpu {
-namespace avx512vnni {
-DECODED_CPU_KERNELS(DECODED_CPU_DECLARE_KERNEL)
-}  // namespace avx512vnni
-namespace avx2 {
-DECODED_CPU_KERNELS(DECODED_CPU_DECLARE_KERNEL)
-}  // namespace avx2
-namespace scalar {
-DECODED_CPU_KERNELS(DECODED_CPU_DECLARE_KERNEL)
-}  // namespace scalar
+DECODED_DECLARE_ISA_KERNELS(DECODED_CPU_KERNELS)
 }  // namespace decoded::cpu
-
-#undef DECODED_CPU_DECLARE_KERNEL
 
 #endif  // DECODED_ENGINE_CPU_KERNELS_ISA_H_

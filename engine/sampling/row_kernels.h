@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/isa_dispatch.h"
+
 namespace decoded::sampling_internal {
 
 struct RowMax {
@@ -36,18 +38,8 @@ struct RowMax {
   X(double, ExpShifted, (const float* x, size_t n, float max, float inv_t, float* w), (x, n, max, inv_t, w)) \
   X(double, Sum, (const float* w, size_t n), (w, n))
 
-#define DECODED_SAMPLING_DECLARE_KERNEL(ret, name, params, args) ret name params;
-DECODED_SAMPLING_ROW_KERNELS(DECODED_SAMPLING_DECLARE_KERNEL)
-namespace avx512vnni {
-DECODED_SAMPLING_ROW_KERNELS(DECODED_SAMPLING_DECLARE_KERNEL)
-}  // namespace avx512vnni
-namespace avx2 {
-DECODED_SAMPLING_ROW_KERNELS(DECODED_SAMPLING_DECLARE_KERNEL)
-}  // namespace avx2
-namespace scalar {
-DECODED_SAMPLING_ROW_KERNELS(DECODED_SAMPLING_DECLARE_KERNEL)
-}  // namespace scalar
-#undef DECODED_SAMPLING_DECLARE_KERNEL
+DECODED_SAMPLING_ROW_KERNELS(DECODED_DECLARE_ISA_KERNEL)
+DECODED_DECLARE_ISA_KERNELS(DECODED_SAMPLING_ROW_KERNELS)
 
 }  // namespace decoded::sampling_internal
 

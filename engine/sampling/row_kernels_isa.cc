@@ -50,14 +50,22 @@ inline bool Any(I16 m) {
   return any != 0;
 }
 
-// First i in [0, n) with hit(x[i]); n when none. `block_hit(p)` tells
-// whether a block of kFindBlock elements at p has one.
-template <typename BlockHit, typename Hit>
-size_t FindFirst(const float* x, size_t n, BlockHit block_hit, Hit hit) {
+// First i in [0, n) with hit(x[i], v); n when none. `hit` is a generic
+// comparison, applied to 16-float vectors (OR-ed over a block of
+// kFindBlock elements, folded to one flag per block) and then to the floats
+// of the block that has one.
+template <typename Hit>
+size_t FindFirst(const float* x, size_t n, float v, Hit hit) {
+  const F16 s = Splat(v);
+  auto block_hit = [&](const float* p) {
+    I16 m{};
+    for (size_t j = 0; j < kFindBlock; j += kLanes) m |= hit(Load(p + j), s);
+    return Any(m);
+  };
   size_t i = 0;
   while (i + kFindBlock <= n && !block_hit(x + i)) i += kFindBlock;
   for (; i < n; ++i) {
-    if (hit(x[i])) return i;
+    if (hit(x[i], v)) return i;
   }
   return n;
 }
@@ -127,27 +135,11 @@ RowMax ScanMax(const float* x, size_t n) {
 }
 
 size_t FindFirstEqual(const float* x, size_t n, float v) {
-  const F16 s = Splat(v);
-  return FindFirst(
-      x, n,
-      [s](const float* p) {
-        I16 m{};
-        for (size_t j = 0; j < kFindBlock; j += kLanes) m |= Load(p + j) == s;
-        return Any(m);
-      },
-      [v](float e) { return e == v; });
+  return FindFirst(x, n, v, [](auto a, auto b) { return a == b; });
 }
 
 size_t FindFirstAbove(const float* x, size_t n, float t) {
-  const F16 s = Splat(t);
-  return FindFirst(
-      x, n,
-      [s](const float* p) {
-        I16 m{};
-        for (size_t j = 0; j < kFindBlock; j += kLanes) m |= Load(p + j) > s;
-        return Any(m);
-      },
-      [t](float e) { return e > t; });
+  return FindFirst(x, n, t, [](auto a, auto b) { return a > b; });
 }
 
 void SanitizeCopy(const float* x, size_t n, float* out) {
