@@ -28,6 +28,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -49,6 +50,7 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051", "daemon address");
 ABSL_FLAG(std::string, auth_token, "", "bearer token, if the daemon requires one");
 ABSL_FLAG(std::string, prompt, "", "prompt text (one turn)");
 ABSL_FLAG(bool, chat, false, "multi-turn chat: read user lines from stdin");
+ABSL_FLAG(std::string, system, "", "with --chat: a system message sent before the first user line");
 ABSL_FLAG(bool, eval_logprobs, false, "print one JSON object per generated token");
 ABSL_FLAG(std::string, perplexity, "", "print the perplexity of this text file");
 ABSL_FLAG(bool, tokenize, false, "print the token ids of --prompt");
@@ -180,6 +182,10 @@ absl::StatusOr<Input> ReadInput() {
     return absl::InvalidArgumentError("--health_timeout_seconds must be > 0");
   }
   if (absl::Status s = CheckUtf8("--prompt", absl::GetFlag(FLAGS_prompt)); !s.ok()) return s;
+  if (absl::Status s = CheckUtf8("--system", absl::GetFlag(FLAGS_system)); !s.ok()) return s;
+  if (!absl::GetFlag(FLAGS_system).empty() && !absl::GetFlag(FLAGS_chat)) {
+    return absl::InvalidArgumentError("--system is for --chat");
+  }
   const std::vector<std::string> stops = absl::GetFlag(FLAGS_stop);
   for (size_t i = 0; i < stops.size(); ++i) {
     if (absl::Status s = CheckUtf8(absl::StrFormat("--stop entry %d", i), stops[i]); !s.ok()) return s;
@@ -211,6 +217,7 @@ absl::Status RunChat(Client& client) {
   TurnStream stream(client.stub(), client.token());
   std::string line;
   int line_number = 0;
+  std::string system = absl::GetFlag(FLAGS_system);
   std::cerr << "> " << std::flush;
   while (std::getline(std::cin, line)) {
     ++line_number;
@@ -223,6 +230,12 @@ absl::Status RunChat(Client& client) {
       continue;
     }
     v1::Turn turn = TurnFromFlags();
+    if (!system.empty()) {
+      // With the first message only: the session keeps the conversation.
+      v1::ChatMessage* s = turn.mutable_messages()->add_messages();
+      s->set_role("system");
+      s->set_content(std::exchange(system, ""));
+    }
     v1::ChatMessage* m = turn.mutable_messages()->add_messages();
     m->set_role("user");
     m->set_content(line);

@@ -1,6 +1,8 @@
 // Model loading and the per-session DecodeContext over the shared driver.
 #include "engine/runtime.h"
 
+#include "engine/gguf/file_type.h"
+
 #include <map>
 #include <utility>
 #include <vector>
@@ -187,8 +189,8 @@ std::vector<int32_t> BatchBuckets(int32_t max_batch) {
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf_path,
-                                                         std::string_view chat_template_override) {
-  auto file = GgufFile::Open(gguf_path);
+                                                         std::string_view chat_template_override, GgufLoad load) {
+  auto file = GgufFile::Open(gguf_path, load);
   if (!file.ok()) return file.status();
   std::shared_ptr<const GgufFile> shared_file(std::move(*file));
   auto weights = Weights::FromGguf(shared_file);
@@ -211,6 +213,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf
   const MaskPlan& mp = (*family)->mask_plan();
   for (int32_t v = 0; v < mp.n_variants(); ++v) info.sliding_window = std::max(info.sliding_window, mp.window(v));
   info.weight_dtype = DominantWeightType(*shared_file);
+  info.file_type = GgufFileTypeName(*shared_file);
   info.device = std::string((*family)->backend().name());
   return std::shared_ptr<const Model>(
       std::make_shared<ModelImpl>(*std::move(weights), *std::move(family), *std::move(tokenizer), std::move(info)));

@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/engine_counters.h"
+#include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace decoded {
@@ -39,7 +40,8 @@ struct ModelInfo {
   int32_t n_layers = 0;
   int32_t hidden_size = 0;
   int32_t sliding_window = 0;  // 0 if the family has no local layers
-  std::string weight_dtype;    // dominant GGML type, e.g. "q4_K"
+  std::string weight_dtype;    // dominant GGML type (most tensor bytes), e.g. "q4_K"
+  std::string file_type;       // general.file_type, e.g. "Q4_K_M" ("" when absent)
   std::string device;          // "cpu"
 };
 
@@ -47,9 +49,12 @@ class Model {
  public:
   // NOT_FOUND / INVALID_ARGUMENT / UNIMPLEMENTED from the GGUF reader and the
   // family's hyper-parameter and weight checks (message names the key/tensor).
-  // `chat_template_override`: see Tokenizer::FromGguf.
+  // `chat_template_override`: see Tokenizer::FromGguf. `load`: whether the
+  // weights are a copy of the file in memory or a mapping of it
+  // (engine/gguf/gguf_file.h says what each risks).
   static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& gguf_path,
-                                                           std::string_view chat_template_override = {});
+                                                           std::string_view chat_template_override = {},
+                                                           GgufLoad load = GgufLoad::kCopy);
   virtual ~Model() = default;
 
   virtual const ModelInfo& info() const = 0;

@@ -3,41 +3,47 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/match.h"
-
+#include "absl/strings/str_cat.h"
+#include "server/bearer_token.h"
 #include "server/generate_reactor.h"
 #include "server/request_parser.h"
 #include "server/response_serializer.h"
 #include "server/status_map.h"
 
 namespace decoded::server {
-namespace {
 
-// "Bearer <token>" with the scheme matched case-insensitively (RFC 7235
-// section 2.1) and the token exactly, in time independent of where it differs.
-bool IsBearer(std::string_view header, std::string_view token) {
-  constexpr std::string_view kScheme = "bearer ";
-  if (header.size() != kScheme.size() + token.size()) return false;
-  // Debian's Abseil has its own string_view type.
-  if (!absl::EqualsIgnoreCase(absl::string_view(header.data(), kScheme.size()),
-                              absl::string_view(kScheme.data(), kScheme.size()))) {
-    return false;
-  }
-  unsigned char diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) diff |= header[kScheme.size() + i] ^ token[i];
-  return diff == 0;
+DecoderService::DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool,
+                               const DecoderServiceOptions& options)
+    : metrics_(metrics),
+      turn_pool_(turn_pool),
+      utility_pool_(utility_pool),
+      auth_token_(options.auth_token),
+      max_metadata_bytes_(options.max_metadata_bytes),
+      streams_(options.max_streams),
+      peers_(options.max_sessions_per_peer) {}
+
+bool DecoderService::Authorized(const grpc::CallbackServerContext& context) const {
+  if (auth_token_.empty()) return true;
+  const auto& md = context.client_metadata();
+  auto it = md.find("authorization");
+  return it != md.end() &&
+         BearerTokenMatches(std::string_view(it->second.data(), it->second.size()), auth_token_);
 }
 
-}  // namespace
-
 serving::Engine* DecoderService::Ready(const grpc::CallbackServerContext& context, absl::Status* refuse) const {
-  if (!auth_token_.empty()) {
-    const auto& md = context.client_metadata();
-    auto it = md.find("authorization");
-    if (it == md.end() || !IsBearer(std::string_view(it->second.data(), it->second.size()), auth_token_)) {
-      *refuse = absl::UnauthenticatedError("missing or wrong bearer token");
-      return nullptr;
-    }
+  int64_t metadata_bytes = 0;
+  for (const auto& [key, value] : context.client_metadata()) {
+    metadata_bytes += static_cast<int64_t>(key.size() + value.size()) + 32;
+  }
+  if (metadata_bytes > max_metadata_bytes_) {
+    *refuse = absl::ResourceExhaustedError(
+        absl::StrCat("the request's metadata counts ", metadata_bytes, " bytes, over the server's limit of ",
+                     max_metadata_bytes_, " (--max_metadata_bytes)"));
+    return nullptr;
+  }
+  if (!Authorized(context)) {
+    *refuse = absl::UnauthenticatedError("missing or wrong bearer token");
+    return nullptr;
   }
   if (draining_.load()) {
     *refuse = absl::UnavailableError("the server is draining");
@@ -51,8 +57,13 @@ serving::Engine* DecoderService::Ready(const grpc::CallbackServerContext& contex
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DecoderService::Generate(
     grpc::CallbackServerContext* context) {
   absl::Status refuse;
-  serving::Engine* engine = Ready(*context, &refuse);
-  return new GenerateReactor(engine, metrics_, &streams_, refuse);
+  StreamServices services;
+  services.engine = Ready(*context, &refuse);
+  services.metrics = metrics_;
+  services.registry = &streams_;
+  services.turn_pool = turn_pool_;
+  services.peers = &peers_;
+  return new GenerateReactor(context, services, refuse);
 }
 
 namespace {
@@ -60,20 +71,36 @@ namespace {
 // Finishes a raw unary RPC: with the refusal when the engine is not ready,
 // else with the request's parse error, else with the status
 // `body(engine, request, &response)` returns; the response is sent on OK only.
+// With a `pool`, everything after the refusal runs on it (RESOURCE_EXHAUSTED
+// when it is full); a call cancelled while it waited is not worked on.
 template <typename Request, typename Response, typename Body>
 grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, serving::Engine* engine,
-                                   const absl::Status& refuse, const grpc::ByteBuffer& request_wire,
-                                   grpc::ByteBuffer* response_wire, Body body) {
-  absl::Status status = refuse;
-  if (engine != nullptr) {
+                                   const absl::Status& refuse, const grpc::ByteBuffer* request_wire,
+                                   grpc::ByteBuffer* response_wire, RequestPool* pool, ServerMetrics* metrics,
+                                   Body body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (engine == nullptr) {
+    reactor->Finish(ToGrpcStatus(refuse));
+    return reactor;
+  }
+  auto work = [context, engine, request_wire, response_wire, reactor, body]() {
+    if (context->IsCancelled()) {
+      reactor->Finish(grpc::Status::CANCELLED);
+      return;
+    }
     Request request;
     Response response;
-    status = ParseRequest(request_wire, &request);
+    absl::Status status = ParseRequest(*request_wire, &request);
     if (status.ok()) status = body(*engine, request, &response);
     if (status.ok()) status = SerializeResponse(response, response_wire);
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  if (pool == nullptr) {
+    work();
+  } else if (absl::Status queued = pool->Submit(work); !queued.ok()) {
+    metrics->AdmissionRejected();
+    reactor->Finish(ToGrpcStatus(queued));
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
@@ -84,10 +111,11 @@ grpc::ServerUnaryReactor* DecoderService::Tokenize(grpc::CallbackServerContext* 
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);
   return RunUnary<v1::TokenizeRequest, v1::TokenizeResponse>(
-      context, engine, refuse, *request, response,
+      context, engine, refuse, request, response, utility_pool_, metrics_,
       [](serving::Engine& e, const v1::TokenizeRequest& req, v1::TokenizeResponse* resp) {
-        std::vector<int32_t> ids = e.Tokenize(req.text(), req.add_bos(), req.parse_special());
-        resp->mutable_ids()->Add(ids.begin(), ids.end());
+        absl::StatusOr<std::vector<int32_t>> ids = e.Tokenize(req.text(), req.add_bos(), req.parse_special());
+        if (!ids.ok()) return ids.status();
+        resp->mutable_ids()->Add(ids->begin(), ids->end());
         return absl::OkStatus();
       });
 }
@@ -97,11 +125,11 @@ grpc::ServerUnaryReactor* DecoderService::Detokenize(grpc::CallbackServerContext
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);
   return RunUnary<v1::DetokenizeRequest, v1::DetokenizeResponse>(
-      context, engine, refuse, *request, response,
+      context, engine, refuse, request, response, utility_pool_, metrics_,
       [](serving::Engine& e, const v1::DetokenizeRequest& req, v1::DetokenizeResponse* resp) {
-        std::vector<int32_t> ids(req.ids().begin(), req.ids().end());
-        absl::StatusOr<std::string> text = e.Detokenize(ids, req.render_special());
-        if (text.ok()) resp->set_text(*text);
+        absl::StatusOr<std::string> text =
+            e.Detokenize(absl::MakeConstSpan(req.ids().data(), req.ids().size()), req.render_special());
+        if (text.ok()) resp->set_text(*std::move(text));
         return text.status();
       });
 }
@@ -111,7 +139,7 @@ grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerConte
   absl::Status refuse;
   serving::Engine* engine = Ready(*context, &refuse);
   return RunUnary<v1::GetModelInfoRequest, v1::ModelInfo>(
-      context, engine, refuse, *request, response,
+      context, engine, refuse, request, response, /*pool=*/nullptr, metrics_,
       [](serving::Engine& e, const v1::GetModelInfoRequest&, v1::ModelInfo* resp) {
         const serving::EngineModelInfo& info = e.ModelInfo();
         resp->set_family(info.family);
@@ -122,6 +150,7 @@ grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerConte
         resp->set_hidden_size(info.hidden_size);
         resp->set_sliding_window(info.sliding_window);
         resp->set_weight_dtype(info.weight_dtype);
+        resp->set_tensor_dtype(info.tensor_dtype);
         resp->set_device(info.device);
         resp->set_cpu_isa(info.cpu_isa);
         resp->set_session_context_length(info.session_context_length);

@@ -10,6 +10,11 @@
 // StartDraining is called, every new RPC answers UNAVAILABLE; StartDraining
 // also asks every open Generate stream to finish (see GenerateReactor).
 // Authentication and readiness are checked before a request is parsed.
+//
+// No request's work runs on gRPC's callback threads, which every call shares:
+// Tokenize and Detokenize run on the utility pool, a stream's turns on the
+// turn pool (server/request_pool.h); a full pool answers RESOURCE_EXHAUSTED.
+// GetModelInfo, cancels and acks are cheap and answered in place.
 #ifndef DECODED_SERVER_DECODER_SERVICE_H_
 #define DECODED_SERVER_DECODER_SERVICE_H_
 
@@ -20,6 +25,8 @@
 #include "engine/serving/engine.h"
 #include "proto/decoded.grpc.pb.h"
 #include "server/metrics.h"
+#include "server/peer_sessions.h"
+#include "server/request_pool.h"
 #include "server/stream_registry.h"
 
 namespace decoded::server {
@@ -31,12 +38,23 @@ using DecoderServiceBase = v1::Decoder::WithRawCallbackMethod_Generate<
     v1::Decoder::WithRawCallbackMethod_Tokenize<v1::Decoder::WithRawCallbackMethod_Detokenize<
         v1::Decoder::WithRawCallbackMethod_GetModelInfo<v1::Decoder::Service>>>>;
 
+struct DecoderServiceOptions {
+  // Non-empty: every RPC must carry "authorization: Bearer <auth_token>",
+  // else UNAUTHENTICATED.
+  std::string auth_token;
+  int max_streams = 1024;         // open Generate streams (StreamRegistry)
+  int max_sessions_per_peer = 0;  // PeerSessions; 0: no limit
+  // Request metadata (names + values + 32 bytes per entry, as HPACK counts,
+  // RFC 7541 section 4.1) beyond which a call is refused on its own with
+  // RESOURCE_EXHAUSTED.
+  int64_t max_metadata_bytes = 8192;
+};
+
 class DecoderService final : public DecoderServiceBase {
  public:
-  // `auth_token` non-empty: every RPC must carry the metadata
-  // "authorization: Bearer <auth_token>", else UNAUTHENTICATED.
-  DecoderService(ServerMetrics* metrics, std::string auth_token)
-      : metrics_(metrics), auth_token_(std::move(auth_token)) {}
+  // The pools must outlive the gRPC server (their tasks finish its calls).
+  DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool,
+                 const DecoderServiceOptions& options);
 
   // `engine` must outlive every RPC (the server shuts down before it goes).
   void AttachEngine(serving::Engine* engine) { engine_.store(engine); }
@@ -46,14 +64,15 @@ class DecoderService final : public DecoderServiceBase {
   }
   // The open Generate streams.
   StreamRegistry& streams() { return streams_; }
+  // Whether `context` carries the bearer token (always true without one).
+  bool Authorized(const grpc::CallbackServerContext& context) const;
 
   // Each read is a serialized GenerateRequest, each write a serialized
   // GenerateResponse (see GenerateReactor).
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context) override;
   // Raw unary methods: `request` holds the serialized TokenizeRequest,
   // DetokenizeRequest or GetModelInfoRequest, `response` receives the
-  // serialized reply (sent only with OK); both are owned by gRPC. Called on
-  // gRPC's callback threads, concurrently.
+  // serialized reply (sent only with OK); both are owned by gRPC.
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
@@ -62,14 +81,18 @@ class DecoderService final : public DecoderServiceBase {
                                          grpc::ByteBuffer* response) override;
 
  private:
-  // The engine, or null with the UNAVAILABLE status to answer.
+  // The engine, or null with the status to answer (UNAUTHENTICATED, UNAVAILABLE).
   serving::Engine* Ready(const grpc::CallbackServerContext& context, absl::Status* refuse) const;
 
   ServerMetrics* const metrics_;
+  RequestPool* const turn_pool_;
+  RequestPool* const utility_pool_;
   const std::string auth_token_;
+  const int64_t max_metadata_bytes_;
   std::atomic<serving::Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
   StreamRegistry streams_;
+  PeerSessions peers_;
 };
 
 }  // namespace decoded::server

@@ -1,5 +1,6 @@
 #include "server/generate_reactor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,31 +17,34 @@ const char kShuttingDown[] = "the server is shutting down; continue the conversa
 
 }  // namespace
 
-GenerateReactor::GenerateReactor(serving::Engine* engine, ServerMetrics* metrics, StreamRegistry* registry,
+GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const StreamServices& services,
                                  absl::Status refuse)
-    : engine_(engine), metrics_(metrics), registry_(registry) {
-  if (engine_ == nullptr || !refuse.ok()) {
+    : context_(context), services_(services), peer_(context->peer()) {
+  if (services_.engine == nullptr || !refuse.ok()) {
     Refuse(refuse.ok() ? absl::UnavailableError("the model is not loaded") : refuse);
     return;
   }
-  absl::StatusOr<serving::SessionId> session = engine_->OpenSession();
-  if (!session.ok()) {
-    Refuse(session.status());
+  if (absl::Status added = services_.registry->Add(this); !added.ok()) {
+    // A drain began after the service's readiness check, or --max_streams.
+    Refuse(absl::IsUnavailable(added) ? absl::UnavailableError(kShuttingDown) : added);
     return;
   }
-  session_ = *session;
-  active_.emplace(metrics_);
-  if (!registry_->Add(this)) {
-    // A drain began between the service's readiness check and here.
-    Refuse(absl::UnavailableError(kShuttingDown));
-    return;
+  registered_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    last_client_activity_ = last_turn_activity_ = Clock::now();
   }
   StartRead(&read_);
 }
 
 GenerateReactor::~GenerateReactor() {
-  active_.reset();  // the session's outcome is counted before the stream stops counting as open
-  if (session_) registry_->Remove(this);
+  {
+    // The session's outcome is counted before the stream stops counting as open.
+    absl::MutexLock lock(&mu_);
+    active_.reset();
+    peer_slot_.reset();
+  }
+  if (registered_) services_.registry->Remove(this);
 }
 
 void GenerateReactor::OnReadDone(bool ok) {
@@ -50,11 +54,16 @@ void GenerateReactor::OnReadDone(bool ok) {
     {
       absl::MutexLock lock(&mu_);
       reads_done_ = true;
+      last_client_activity_ = Clock::now();
       FinishIfIdleLocked();
       finish = TakeFinishLocked();
     }
     FinishOutsideLock(finish);
     return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    last_client_activity_ = Clock::now();
   }
   HandleRequest();
 }
@@ -64,7 +73,8 @@ void GenerateReactor::HandleRequest() {
   if (!status.ok()) {
     // Not a GenerateRequest (e.g. text that is not UTF-8).
   } else if (request_.has_cancel()) {
-    status = engine_->CancelTurn(*session_);
+    // Before the first turn there is nothing to cancel.
+    if (std::optional<serving::SessionId> id = session()) status = services_.engine->CancelTurn(*id);
   } else if (request_.has_ack()) {
     status = Acknowledge(request_.ack().events());
   } else if (request_.has_turn()) {
@@ -78,32 +88,103 @@ void GenerateReactor::HandleRequest() {
         // the turn before it (if any) has sent its TurnEnd: no more reads.
         FinishIfIdleLocked();
         finish = TakeFinishLocked();
+      } else {
+        preparing_turn_ = true;
       }
     }
     if (draining) {
       FinishOutsideLock(finish);
       return;
     }
-    absl::StatusOr<serving::TurnRequest> turn = TurnFromProto(request_.turn());
-    status = turn.ok() ? SubmitTurn(*turn) : turn.status();
+    // Tokenizing, rendering a conversation and allocating a KV cache take
+    // time that grows with the request: not on this gRPC thread.
+    Ref();
+    status = services_.turn_pool->Submit([this] {
+      RunTurn();
+      Unref();
+    });
+    if (status.ok()) return;  // RunTurn reads on
+    Unref();
+    absl::MutexLock lock(&mu_);
+    preparing_turn_ = false;
   } else {
     status = absl::InvalidArgumentError("a GenerateRequest must carry a turn or a cancel");
   }
   if (status.ok()) {
-    StartRead(&read_);
+    ContinueReading();
     return;
   }
   Refuse(status);
 }
 
-absl::Status GenerateReactor::SubmitTurn(const serving::TurnRequest& turn) {
+void GenerateReactor::RunTurn() {
+  absl::Status status = OpenSessionOnce();
+  if (status.ok()) {
+    absl::StatusOr<serving::TurnRequest> turn = TurnFromProto(request_.turn());
+    status = turn.ok() ? SubmitTurn(*turn) : turn.status();
+  }
+  if (!status.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      preparing_turn_ = false;
+    }
+    Refuse(status);
+    return;
+  }
+  std::optional<grpc::Status> finish;
   {
     absl::MutexLock lock(&mu_);
+    preparing_turn_ = false;
+    last_turn_activity_ = Clock::now();
+    // A drain that began meanwhile, with this turn ended already, finishes
+    // the stream now (its StartDrain and TurnEnd waited for this).
+    FinishIfIdleLocked();
+    finish = TakeFinishLocked();
+    // As ContinueReading: under the lock, never after Finish.
+    if (!finish_status_) StartRead(&read_);
+  }
+  FinishOutsideLock(finish);
+}
+
+absl::Status GenerateReactor::OpenSessionOnce() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (session_) return absl::OkStatus();
+    if (close_requested_ || finish_status_) return absl::CancelledError("the stream is ending");
+  }
+  absl::StatusOr<PeerSessions::Slot> slot = services_.peers->Acquire(peer_);
+  if (!slot.ok()) return slot.status();
+  absl::StatusOr<serving::SessionId> id = services_.engine->OpenSession();
+  if (!id.ok()) return id.status();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!close_requested_) {
+      session_ = *id;
+      peer_slot_.emplace(*std::move(slot));
+      active_.emplace(services_.metrics);
+      return absl::OkStatus();
+    }
+  }
+  // The client went while the session opened: no sink was ever given to it.
+  services_.engine->CloseSession(*id);
+  return absl::CancelledError("the stream is ending");
+}
+
+std::optional<serving::SessionId> GenerateReactor::session() {
+  absl::MutexLock lock(&mu_);
+  return session_;
+}
+
+absl::Status GenerateReactor::SubmitTurn(const serving::TurnRequest& turn) {
+  serving::SessionId id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = *session_;
     ++turns_in_flight_;  // before Submit: the turn may end before it returns
     have_last_token_ = false;
     if (!acknowledged_events_) acknowledged_events_ = request_.turn().acknowledge_events();
   }
-  absl::Status status = engine_->SubmitTurn(*session_, turn, this);
+  absl::Status status = services_.engine->SubmitTurn(id, turn, this);
   if (!status.ok()) {
     absl::MutexLock lock(&mu_);
     --turns_in_flight_;
@@ -112,6 +193,7 @@ absl::Status GenerateReactor::SubmitTurn(const serving::TurnRequest& turn) {
 }
 
 absl::Status GenerateReactor::Acknowledge(uint32_t events) {
+  serving::SessionId id;
   {
     absl::MutexLock lock(&mu_);
     if (!acknowledged_events_.value_or(false)) {
@@ -122,38 +204,48 @@ absl::Status GenerateReactor::Acknowledge(uint32_t events) {
                                                      "], the token events sent and not yet acknowledged"));
     }
     unacknowledged_ -= events;
+    id = *session_;
   }
-  engine_->EventsConsumed(*session_, static_cast<int>(events));
+  services_.engine->EventsConsumed(id, static_cast<int>(events));
   return absl::OkStatus();
+}
+
+void GenerateReactor::ContinueReading() {
+  // Under the lock: Finish (called after finish_called_ is set under it)
+  // cannot come first, and no operation may start after Finish.
+  absl::MutexLock lock(&mu_);
+  if (!finish_called_ && !finish_status_) StartRead(&read_);
 }
 
 void GenerateReactor::Refuse(const absl::Status& status) {
   std::optional<grpc::Status> finish;
+  std::optional<serving::SessionId> id;
   {
     absl::MutexLock lock(&mu_);
     // After OnCancel the session is closed: NOT_FOUND and the like are
     // consequences of the client going away, not a refusal to report.
     if (cancelled_) return;
-    if (absl::IsResourceExhausted(status)) metrics_->AdmissionRejected();
+    if (absl::IsResourceExhausted(status)) services_.metrics->AdmissionRejected();
     RequestFinishLocked(ToGrpcStatus(status));
     finish = TakeFinishLocked();
+    id = session_;
   }
   // The running turn, if any, stops at its next step.
-  if (session_) engine_->CancelTurn(*session_).IgnoreError();
+  if (id) services_.engine->CancelTurn(*id).IgnoreError();
   FinishOutsideLock(finish);
 }
 
 void GenerateReactor::OnToken(const serving::TokenEvent& event) {
-  metrics_->TokenGenerated();
+  services_.metrics->TokenGenerated();
   v1::GenerateResponse response;
-  TokenEventToProto(event, *engine_, response.mutable_token());
+  TokenEventToProto(event, *services_.engine, response.mutable_token());
   Outgoing out = Serialize(response, /*token=*/true);
   const grpc::ByteBuffer* write;
   {
     absl::MutexLock lock(&mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (have_last_token_) metrics_->InterToken(std::chrono::duration<double>(now - last_token_).count());
-    last_token_ = now;
+    const auto now = Clock::now();
+    if (have_last_token_) services_.metrics->InterToken(std::chrono::duration<double>(now - last_token_).count());
+    last_token_ = last_turn_activity_ = now;
     have_last_token_ = true;
     ++unacknowledged_;
     write = QueueLocked(std::move(out));
@@ -162,7 +254,7 @@ void GenerateReactor::OnToken(const serving::TokenEvent& event) {
 }
 
 void GenerateReactor::OnTurnEnd(const serving::TurnEnd& end) {
-  metrics_->TurnEnded(end);
+  services_.metrics->TurnEnded(end);
   std::optional<Outgoing> out;
   if (end.reason != serving::FinishReason::kError) {
     v1::GenerateResponse response;
@@ -174,6 +266,7 @@ void GenerateReactor::OnTurnEnd(const serving::TurnEnd& end) {
   {
     absl::MutexLock lock(&mu_);
     --turns_in_flight_;
+    last_turn_activity_ = Clock::now();
     if (!out) {
       RequestFinishLocked(ToGrpcStatus(end.error));
     } else {
@@ -197,9 +290,11 @@ void GenerateReactor::OnWriteDone(bool ok) {
   const grpc::ByteBuffer* write = nullptr;
   std::optional<grpc::Status> finish;
   bool consumed_token = false;
+  std::optional<serving::SessionId> id;
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
+    id = session_;
     if (!writes_.empty()) {
       // With acknowledgements, the client's Ack returns the credit instead.
       consumed_token = ok && writes_.front().token && !acknowledged_events_.value_or(false);
@@ -209,14 +304,18 @@ void GenerateReactor::OnWriteDone(bool ok) {
       // The stream is broken; OnCancel follows. Nothing more can be written.
       writes_.clear();
       RequestFinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
-    } else if (!writes_.empty() && !finish_called_) {
-      writing_ = true;
-      write = &writes_.front().wire;
+    } else {
+      if (!acknowledged_events_.value_or(false)) last_client_activity_ = Clock::now();
+      if (!writes_.empty() && !finish_called_) {
+        writing_ = true;
+        write_started_ = Clock::now();
+        write = &writes_.front().wire;
+      }
     }
     finish = TakeFinishLocked();
   }
   // The transport took the event: the session may be stepped again.
-  if (consumed_token) engine_->EventsConsumed(*session_, 1);
+  if (consumed_token && id) services_.engine->EventsConsumed(*id, 1);
   if (write != nullptr) StartWrite(write);
   FinishOutsideLock(finish);
 }
@@ -228,6 +327,47 @@ void GenerateReactor::StartDrain() {
     draining_ = true;
     FinishIfIdleLocked();
     finish = TakeFinishLocked();
+  }
+  FinishOutsideLock(finish);
+}
+
+void GenerateReactor::ExpireIfIdle(Clock::time_point now, std::chrono::nanoseconds timeout) {
+  std::optional<grpc::Status> finish;
+  bool idle = false;
+  bool stalled = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finish_status_ || draining_ || cancelled_) return;
+    if (turns_in_flight_ == 0 && !preparing_turn_) {
+      idle = now - std::max(last_client_activity_, last_turn_activity_) >= timeout;
+    } else if (turns_in_flight_ > 0) {
+      // A turn parked on a client that takes none of its events.
+      const bool write_stuck = writing_ && now - write_started_ >= timeout;
+      const bool unacknowledged = acknowledged_events_.value_or(false) && unacknowledged_ > 0 &&
+                                  now - last_client_activity_ >= timeout && now - last_turn_activity_ >= timeout;
+      stalled = write_stuck || unacknowledged;
+    }
+    if (!idle && !stalled) return;
+    expired_ = true;
+    const std::string seconds = absl::StrCat(std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+    if (idle) {
+      RequestFinishLocked(grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("the stream had no turn for ", seconds,
+                       " s (--idle_session_seconds); its session is closed: open a new stream to continue")));
+      finish = TakeFinishLocked();
+    } else {
+      RequestFinishLocked(grpc::Status(
+          grpc::StatusCode::CANCELLED,
+          absl::StrCat("the client took none of its turn's events for ", seconds, " s (--idle_session_seconds)")));
+    }
+  }
+  CloseSession();
+  if (stalled) {
+    // A status cannot reach a client that does not read: cancel the call
+    // (RST_STREAM); its outstanding write fails and OnCancel follows.
+    absl::MutexLock lock(&cancel_mu_);
+    if (!done_) context_->TryCancel();
   }
   FinishOutsideLock(finish);
 }
@@ -247,32 +387,49 @@ void GenerateReactor::OnCancel() {
 }
 
 void GenerateReactor::OnDone() {
+  {
+    absl::MutexLock lock(&cancel_mu_);
+    done_ = true;
+  }
   CloseSession();
   {
     absl::MutexLock lock(&mu_);
-    if (active_) {
-      // Exactly one outcome per session: a stream the server ended because
-      // it shuts down, one the client abandoned, one that ended normally, or
-      // one that failed.
+    {
+      // Exactly one outcome per stream (and its session, if it opened one): a
+      // stream the server ended because it shuts down, one ended for idling,
+      // one the client abandoned, one that ended normally, or one that failed.
       SessionOutcome outcome = SessionOutcome::kError;
       const bool unavailable = finish_status_ && finish_status_->error_code() == grpc::StatusCode::UNAVAILABLE;
-      if (cut_by_shutdown_ || (draining_ && unavailable) || (cancelled_ && registry_->cancelling_all())) {
+      if (cut_by_shutdown_ || (draining_ && unavailable) ||
+          (cancelled_ && !expired_ && services_.registry->cancelling_all())) {
         outcome = SessionOutcome::kShutdown;
+      } else if (expired_) {
+        outcome = SessionOutcome::kIdle;
       } else if (cancelled_ || (finish_status_ && finish_status_->error_code() == grpc::StatusCode::CANCELLED)) {
         outcome = SessionOutcome::kClientGone;
       } else if (finish_status_ && finish_status_->ok()) {
         outcome = SessionOutcome::kOk;
       }
-      active_->set_outcome(outcome);
+      services_.metrics->StreamEnded(outcome);
+      if (active_) active_->set_outcome(outcome);
     }
   }
   Unref();
 }
 
 void GenerateReactor::CloseSession() {
-  if (!session_ || close_requested_.exchange(true)) return;
+  std::optional<serving::SessionId> id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (close_requested_) return;
+    close_requested_ = true;
+    id = session_;
+    // The peer's slot is free once the engine's is.
+    if (id) peer_slot_.reset();
+  }
+  if (!id) return;
   Ref();  // released by the engine once no sink call can follow
-  engine_->CloseSession(*session_, [this] { Unref(); });
+  services_.engine->CloseSession(*id, [this] { Unref(); });
 }
 
 void GenerateReactor::Unref() {
@@ -291,6 +448,7 @@ const grpc::ByteBuffer* GenerateReactor::QueueLocked(Outgoing out) {
   writes_.push_back(std::move(out));
   if (writing_) return nullptr;
   writing_ = true;
+  write_started_ = Clock::now();
   return &writes_.front().wire;
 }
 
@@ -304,7 +462,7 @@ void GenerateReactor::RequestFinishLocked(const grpc::Status& status, bool keep_
 }
 
 void GenerateReactor::FinishIfIdleLocked() {
-  if (turns_in_flight_ > 0) return;
+  if (turns_in_flight_ > 0 || preparing_turn_) return;
   if (draining_) {
     RequestFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, kShuttingDown), /*keep_unsent=*/true);
   } else if (reads_done_) {

@@ -1,13 +1,23 @@
 // decoded: the gRPC decode-serving daemon.
 //
 // Starts listening at once (health NOT_SERVING), loads and warms the model,
-// then reports SERVING. SIGTERM or SIGINT drains (see DecodedServer::Drain):
-// health NOT_SERVING, new streams refused, running turns get --drain_seconds
-// to finish, then end with finish reason SHUTDOWN; the process exits within
-// --drain_seconds. A signal while the model loads exits at once. Either way
-// the exit status after SIGTERM/SIGINT is 0: the daemon stopped as asked. A
-// second signal during the drain exits at once with status 1 (drain cut).
-#include <signal.h>
+// then reports SERVING. SIGTERM, SIGINT or SIGHUP drains (see
+// DecodedServer::Drain): health NOT_SERVING, new streams refused, running
+// turns get --drain_seconds to finish, then end with finish reason SHUTDOWN;
+// the process exits within --drain_seconds. A signal while the model loads
+// exits at once. A second stop signal during the drain exits at once (the
+// drain is cut: turns still running get no final event). Signals are set up
+// before anything else runs (server/signals.h).
+//
+// Exit status:
+//   0  stopped by a signal (drained, or before serving)
+//   1  could not start (model file, address in use, ...), or a second signal
+//      cut the drain short
+//   2  invalid flags (a value out of range, limits that cannot hold)
+//   3  the listener stopped accepting connections (drained first)
+//   4  the model file changed on disk while mapped (--mmap; drained first)
+// 3 and 4 ask the supervisor for a restart: the daemon cannot serve on.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,9 +25,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -25,12 +36,16 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/cpu_isa.h"
 #include "engine/serving/engine.h"
 #include "server/cpu_budget.h"
+#include "server/model_file_watch.h"
 #include "server/server.h"
+#include "server/signals.h"
 
 namespace {
 
@@ -39,31 +54,124 @@ std::string DefaultModelPath() {
   return std::string(home ? home : "/root") + "/.cache/decoded/gemma-3-270m-q4_k_m.gguf";
 }
 
+constexpr int kExitSignal = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitBadFlags = 2;
+constexpr int kExitListenerFailed = 3;
+constexpr int kExitModelFileChanged = 4;
+
+// File descriptors the daemon needs besides its gRPC connections: the model
+// file, /metrics connections (its threads and civetweb's accept queue),
+// gRPC's and the workers' eventfds and epoll, the listener's spare, logs.
+constexpr int64_t kReservedDescriptors = 128;
+constexpr int kDefaultMaxConnections = 1024;
+
+// The first stop wins: a signal, a failed listener, a changed model file.
+class StopRequest {
+ public:
+  void Request(std::string why, int exit_status) {
+    absl::MutexLock lock(&mu_);
+    if (requested_) return;
+    requested_ = true;
+    why_ = std::move(why);
+    exit_status_ = exit_status;
+  }
+  // Blocks until a stop is requested; its reason and the exit status.
+  std::pair<std::string, int> Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&requested_));
+    return {why_, exit_status_};
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool requested_ ABSL_GUARDED_BY(mu_) = false;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+  int exit_status_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Raises the soft open-files limit to the hard one (connections are file
+// descriptors; distributions default the soft limit to 1024) and returns the
+// soft limit in force.
+int64_t RaiseOpenFilesLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  const rlim_t before = limit.rlim_cur;
+  rlim_t target = limit.rlim_max;
+  // RLIM_INFINITY cannot be set; the kernel's per-process ceiling can.
+  if (target == RLIM_INFINITY) {
+    std::ifstream nr_open("/proc/sys/fs/nr_open");
+    int64_t ceiling = 1 << 20;
+    nr_open >> ceiling;
+    target = static_cast<rlim_t>(ceiling);
+  }
+  if (target > limit.rlim_cur) {
+    limit.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  std::cerr << "decoded: open files limit: soft " << before;
+  if (limit.rlim_cur != before) std::cerr << ", raised to " << limit.rlim_cur;
+  std::cerr << " (hard "
+            << (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(limit.rlim_max))
+            << ")\n";
+  return static_cast<int64_t>(limit.rlim_cur);
+}
+
 }  // namespace
 
 ABSL_FLAG(std::string, model, DefaultModelPath(), "GGUF model file");
+ABSL_FLAG(bool, mmap, false,
+          "map the model file instead of reading it into memory: faster start, pages shared with other processes, "
+          "but a file truncated or overwritten while served crashes the daemon (SIGBUS) or changes its weights "
+          "(it then stops and exits 4 as soon as it notices)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address (host:port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; empty disables");
 ABSL_FLAG(int, workers, 1, "worker threads stepping sessions");
 ABSL_FLAG(int, threads, 0,
           "compute threads per worker; 0: the CPUs this process may use (cgroup CPU quota, affinity mask) "
           "divided among --workers, at least 1");
-ABSL_FLAG(int, max_sessions, 16, "open sessions beyond which streams get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_sessions, 16,
+          "sessions (KV caches) open at once; a stream takes one with its first turn, beyond: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_sessions_per_peer, 0,
+          "sessions one client address may hold (0: no limit; behind a proxy every client is the proxy)");
 ABSL_FLAG(int, max_batch, 16,
           "decode sessions a worker steps together in one plan run (continuous batching; 1 = one at a time, <= 64)");
 ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, context_length, 2048, "KV capacity of one session, in tokens");
+ABSL_FLAG(int, max_connections, 0,
+          "gRPC connections open at once; more are closed at accept. 0: 1024, or fewer if the open files limit "
+          "(raised to its hard limit at start) leaves less");
+ABSL_FLAG(int, max_streams_per_connection, 100, "concurrent streams per connection (HTTP/2 MAX_CONCURRENT_STREAMS)");
+ABSL_FLAG(int, max_streams, 1024, "Generate streams open at once, with or without a session; beyond: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, idle_session_seconds, 300,
+          "a Generate stream with no turn for this long ends (DEADLINE_EXCEEDED) and frees its session, as does "
+          "a turn whose client takes none of its events for this long; 0: never");
+ABSL_FLAG(int64_t, max_text_bytes, int64_t{1} << 20,
+          "largest text of one request: Tokenize's text, a text turn, a chat turn's messages (roles and contents, "
+          "16 more bytes per message), Detokenize's reply");
+ABSL_FLAG(int, max_chat_messages, 4096, "most messages in one chat turn");
+ABSL_FLAG(int, max_token_ids, 131072, "most token ids in one request (Detokenize, a token turn)");
+ABSL_FLAG(int64_t, max_metadata_bytes, 8192,
+          "largest request metadata (HPACK sizes: names + values + 32 per entry); beyond, that call alone gets "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, turn_queue, 64, "turns waiting to be tokenized and submitted; beyond: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, utility_queue, 16, "Tokenize/Detokenize calls waiting for their thread; beyond: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, listener_probe_seconds, 5,
+          "probe the listening address this often; 3 failed probes in a row turn health NOT_SERVING, drain, and "
+          "exit 3. 0: no probe");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; with --tls_key enables TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
-ABSL_FLAG(std::string, auth_token, "", "if set, RPCs need 'authorization: Bearer <token>'");
+ABSL_FLAG(std::string, auth_token, "",
+          "if set, RPCs (and reflection) need 'authorization: Bearer <token>'; health stays open for probes");
+ABSL_FLAG(std::string, metrics_auth_token, "", "if set, /metrics needs 'Authorization: Bearer <token>'");
 ABSL_FLAG(int, drain_seconds, 10,
-          "on SIGTERM/SIGINT, running turns get this long to finish; the process exits within it");
+          "on SIGTERM/SIGINT/SIGHUP, running turns get this long to finish; the process exits within it");
 ABSL_FLAG(int, stuck_step_seconds, 30, "health turns NOT_SERVING while one step runs longer than this");
 ABSL_FLAG(int, max_unconsumed_events, 8,
           "a stream whose client has not taken this many token events is not stepped until it reads (>= 1)");
 ABSL_FLAG(int64_t, kv_budget_mb, -1,
-          "KV cache all open sessions may reserve, MiB; beyond it new streams get RESOURCE_EXHAUSTED. "
-          "-1: 75% of physical memory; 0: no limit");
+          "KV cache all open sessions may reserve, MiB; beyond it new sessions get RESOURCE_EXHAUSTED. "
+          "-1: 75% of physical memory; 0: no limit; less than one session's KV is refused at start");
 ABSL_FLAG(std::string, chat_template, "",
           "file with a Jinja chat template that replaces the model file's tokenizer.chat_template (for models "
           "without one, e.g. a base model); empty: the file's own");
@@ -72,25 +180,65 @@ ABSL_FLAG(bool, chat_content_specials, false,
           "for trusted clients only (off, content is plain text and cannot forge turns)");
 
 int main(int argc, char** argv) {
+  // Before anything else, while this is the only thread: every thread started
+  // from here on inherits the mask, and no signal takes its default action.
+  decoded::server::BlockProcessSignals();
+  std::atomic<bool> serving{false};
+  StopRequest stop;
+  decoded::server::SignalWatcher signal_watcher([&](int sig, int earlier_stops) {
+    const std::string name = decoded::server::SignalName(sig);
+    if (earlier_stops > 0) {
+      // The operator wants out now. Turns still running get no final event;
+      // the status says the drain was cut.
+      std::cerr << "decoded: second stop signal (" << name << ") while draining, exiting at once\n";
+      std::_Exit(kExitFailed);
+    }
+    if (!serving.load()) {
+      // Nothing to drain yet; the same exit status as a drained stop.
+      std::cerr << "decoded: " << name << " before serving, exiting\n";
+      std::_Exit(kExitSignal);
+    }
+    stop.Request(absl::StrCat(name, ", draining"), kExitSignal);
+  });
+
   absl::SetProgramUsageMessage("decoded --model FILE [--listen ADDR] [--workers N] ...");
   // --help lists this file's flags (absl matches flags by their defining file).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); };
   absl::SetFlagsUsageConfig(usage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  auto bad_flags = [](const std::string& message) {
+    std::cerr << "decoded: " << message << "\n";
+    return kExitBadFlags;
+  };
   if (rest.size() > 1) {
-    std::cerr << "decoded: unexpected argument '" << rest[1] << "' (the model is given with --model)\n";
-    return 1;
+    return bad_flags(absl::StrCat("unexpected argument '", rest[1], "' (the model is given with --model)"));
   }
   if (absl::GetFlag(FLAGS_drain_seconds) < 0 || absl::GetFlag(FLAGS_stuck_step_seconds) <= 0) {
-    std::cerr << "decoded: --drain_seconds must be >= 0 and --stuck_step_seconds > 0\n";
-    return 1;
+    return bad_flags("--drain_seconds must be >= 0 and --stuck_step_seconds > 0");
+  }
+  if (absl::GetFlag(FLAGS_workers) < 1 || absl::GetFlag(FLAGS_threads) < 0) {
+    return bad_flags("--workers must be >= 1 and --threads >= 0 (0: from the CPU budget)");
+  }
+  if (absl::GetFlag(FLAGS_max_connections) < 0 || absl::GetFlag(FLAGS_max_streams_per_connection) < 1 ||
+      absl::GetFlag(FLAGS_max_streams) < 1 || absl::GetFlag(FLAGS_max_sessions_per_peer) < 0 ||
+      absl::GetFlag(FLAGS_idle_session_seconds) < 0 || absl::GetFlag(FLAGS_listener_probe_seconds) < 0 ||
+      absl::GetFlag(FLAGS_turn_queue) < 1 || absl::GetFlag(FLAGS_utility_queue) < 1 ||
+      absl::GetFlag(FLAGS_max_metadata_bytes) < 1) {
+    return bad_flags(
+        "--max_connections, --max_sessions_per_peer, --idle_session_seconds and --listener_probe_seconds must be "
+        ">= 0; --max_streams_per_connection, --max_streams, --turn_queue, --utility_queue and "
+        "--max_metadata_bytes >= 1");
+  }
+  if (absl::GetFlag(FLAGS_max_text_bytes) < 1 || absl::GetFlag(FLAGS_max_chat_messages) < 1 ||
+      absl::GetFlag(FLAGS_max_token_ids) < 1) {
+    return bad_flags("--max_text_bytes, --max_chat_messages and --max_token_ids must be >= 1");
   }
   // The kernels' instruction-set tier, before anything runs a kernel: a bad
   // DECODED_CPU_ISA is a startup error, and the log names what runs.
   if (absl::Status isa = decoded::InitCpuIsaFromEnvironment(); !isa.ok()) {
     std::cerr << "decoded: " << isa << "\n";
-    return 1;
+    return kExitFailed;
   }
   const decoded::CpuIsa isa = decoded::ActiveCpuIsa();
   std::cerr << "decoded: CPU kernels " << decoded::CpuIsaName(isa);
@@ -99,10 +247,6 @@ int main(int argc, char** argv) {
               << decoded::CpuIsaName(decoded::BestSupportedCpuIsa()) << ")";
   }
   std::cerr << "\n";
-  if (absl::GetFlag(FLAGS_workers) < 1 || absl::GetFlag(FLAGS_threads) < 0) {
-    std::cerr << "decoded: --workers must be >= 1 and --threads >= 0 (0: from the CPU budget)\n";
-    return 1;
-  }
   // The CPUs a container may use are its cgroup quota, not the host's cores.
   const decoded::server::CpuBudget budget = decoded::server::DetectCpuBudget();
   const int workers = absl::GetFlag(FLAGS_workers);
@@ -121,34 +265,27 @@ int main(int argc, char** argv) {
               << budget.cpus << " CPUs; oversubscribed compute teams run far slower than one thread per CPU\n";
   }
 
-  // Block the drain signals in every thread; a dedicated thread waits for
-  // them. Before the engine is serving there is nothing to drain, so a signal
-  // then (e.g. during a long model load) exits at once.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::atomic<bool> serving{false};
-  std::atomic<int> received{0};
-  absl::Notification drain;
-  std::thread signal_waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    received = sig;
-    if (!serving.load()) {
-      // Nothing to drain yet; the same exit status as a drained stop.
-      std::cerr << "decoded: signal " << sig << " before serving, exiting\n";
-      std::_Exit(0);
+  // Connections are file descriptors: the limit must hold them all, or
+  // accepting one more fails.
+  const int64_t open_files = RaiseOpenFilesLimit();
+  const int64_t room = open_files - kReservedDescriptors;
+  int max_connections = absl::GetFlag(FLAGS_max_connections);
+  if (max_connections == 0) {
+    if (room < 16) {
+      return bad_flags(absl::StrCat("the open files limit of ", open_files, " leaves room for ", std::max<int64_t>(room, 0),
+                                    " connections beside the daemon's own ", kReservedDescriptors,
+                                    " descriptors; raise it (ulimit -n, --ulimit nofile=)"));
     }
-    drain.Notify();
-    // A second signal during the drain: the operator wants out now. Turns
-    // still running get no final event; the status says the drain was cut.
-    sigwait(&signals, &sig);
-    std::cerr << "decoded: second signal " << sig << " while draining, exiting at once\n";
-    std::_Exit(1);
-  });
-  signal_waiter.detach();
+    max_connections = static_cast<int>(std::min<int64_t>(kDefaultMaxConnections, room));
+  } else if (max_connections > room) {
+    return bad_flags(absl::StrCat("--max_connections ", max_connections, " needs ",
+                                  max_connections + kReservedDescriptors,
+                                  " file descriptors; the open files limit is ", open_files,
+                                  " (raise it, or lower --max_connections)"));
+  }
+  std::cerr << "decoded: at most " << max_connections << " connections, "
+            << absl::GetFlag(FLAGS_max_streams_per_connection) << " streams each, "
+            << absl::GetFlag(FLAGS_max_streams) << " Generate streams in all\n";
 
   decoded::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
@@ -156,11 +293,31 @@ int main(int argc, char** argv) {
   server_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   server_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   server_options.auth_token = absl::GetFlag(FLAGS_auth_token);
+  server_options.metrics_auth_token = absl::GetFlag(FLAGS_metrics_auth_token);
   server_options.stuck_step_threshold = absl::Seconds(absl::GetFlag(FLAGS_stuck_step_seconds));
+  server_options.max_connections = max_connections;
+  server_options.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
+  server_options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  server_options.max_sessions_per_peer = absl::GetFlag(FLAGS_max_sessions_per_peer);
+  server_options.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
+  const int idle = absl::GetFlag(FLAGS_idle_session_seconds);
+  server_options.idle_session_timeout = idle == 0 ? absl::InfiniteDuration() : absl::Seconds(idle);
+  server_options.listener_probe_interval = absl::Seconds(absl::GetFlag(FLAGS_listener_probe_seconds));
+  server_options.turn_queue = absl::GetFlag(FLAGS_turn_queue);
+  server_options.utility_queue = absl::GetFlag(FLAGS_utility_queue);
+  server_options.on_listener_failure = [&](const absl::Status& why) {
+    if (!serving.load()) {
+      std::cerr << "decoded: " << why.message() << " before serving; exiting\n";
+      std::_Exit(kExitListenerFailed);
+    }
+    stop.Request(absl::StrCat(why.message(), "; draining, then exiting ", kExitListenerFailed,
+                              " so that the supervisor restarts the daemon"),
+                 kExitListenerFailed);
+  };
   auto server = decoded::server::DecodedServer::Start(server_options);
   if (!server.ok()) {
     std::cerr << "decoded: " << server.status() << "\n";
-    return 1;
+    return kExitFailed;
   }
   std::cerr << "decoded: listening on port " << (*server)->port();
   if ((*server)->metrics_port() > 0) std::cerr << ", metrics on port " << (*server)->metrics_port();
@@ -168,6 +325,7 @@ int main(int argc, char** argv) {
 
   decoded::serving::EngineOptions engine_options;
   engine_options.model_path = absl::GetFlag(FLAGS_model);
+  engine_options.mmap_weights = absl::GetFlag(FLAGS_mmap);
   engine_options.workers = workers;
   engine_options.threads_per_worker = threads;
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
@@ -176,13 +334,15 @@ int main(int argc, char** argv) {
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);
   engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);
   engine_options.parse_special_in_chat_content = absl::GetFlag(FLAGS_chat_content_specials);
+  engine_options.limits.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
+  engine_options.limits.max_chat_messages = absl::GetFlag(FLAGS_max_chat_messages);
+  engine_options.limits.max_token_ids = absl::GetFlag(FLAGS_max_token_ids);
   if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
     if (!in || text.str().empty()) {
-      std::cerr << "decoded: --chat_template " << path << ": cannot read a template from it\n";
-      return 1;
+      return bad_flags(absl::StrCat("--chat_template ", path, ": cannot read a template from it"));
     }
     engine_options.chat_template = text.str();
   }
@@ -194,23 +354,49 @@ int main(int argc, char** argv) {
   engine_options.kv_budget_bytes = kv_budget_mb * (int64_t{1} << 20);
   decoded::server::ServerMetrics* metrics = &(*server)->metrics();
   engine_options.on_step = [metrics](const decoded::serving::StepInfo& step) { metrics->Step(step); };
+  // The file as it is when the load begins: what a later change is measured against.
+  const struct stat loaded = decoded::server::StatModelFile(engine_options.model_path);
   auto engine = decoded::serving::Engine::Create(engine_options);
   if (!engine.ok()) {
     std::cerr << "decoded: " << engine.status() << "\n";
-    return 1;
+    return kExitFailed;
   }
-  if ((*engine)->ModelInfo().session_context_length < engine_options.context_length) {
+  const decoded::serving::EngineModelInfo& info = (*engine)->ModelInfo();
+  if (engine_options.kv_budget_bytes > 0 && engine_options.kv_budget_bytes < info.session_kv_bytes) {
+    // Every session would be refused while health said SERVING.
+    return bad_flags(absl::StrCat("--kv_budget_mb ", kv_budget_mb, " is less than one session's KV cache (",
+                                  (info.session_kv_bytes + (1 << 20) - 1) >> 20, " MiB for --context_length ",
+                                  info.session_context_length, "): no session could open"));
+  }
+  if (info.session_context_length < engine_options.context_length) {
     std::cerr << "decoded: warning: --context_length " << engine_options.context_length << " exceeds the model's "
-              << (*engine)->ModelInfo().session_context_length << "; sessions get "
-              << (*engine)->ModelInfo().session_context_length << "\n";
+              << info.session_context_length << "; sessions get " << info.session_context_length << "\n";
   }
+  std::cerr << "decoded: weights " << (engine_options.mmap_weights ? "mapped from" : "copied from")
+            << " the file (" << info.weight_dtype << ")\n";
+  const bool mapped = engine_options.mmap_weights;
+  decoded::server::ModelFileWatch file_watch(
+      engine_options.model_path, loaded, absl::Seconds(1), [&stop, mapped](const std::string& what) {
+        if (!mapped) {
+          std::cerr << "decoded: " << what << "; still serving the copy loaded at start (restart to serve the new "
+                    << "file)\n";
+          return;
+        }
+        stop.Request(absl::StrCat(what, "; its mapped weights are no longer the ones loaded (--mmap): stopping "
+                                        "at once, then exiting ",
+                                  kExitModelFileChanged, " so that the supervisor restarts the daemon"),
+                     kExitModelFileChanged);
+      });
   (*server)->AttachEngine(*std::move(engine));
   serving = true;
   std::cerr << "decoded: serving\n";
 
-  drain.WaitForNotification();
-  std::cerr << "decoded: signal " << received.load() << ", draining\n";
-  (*server)->Drain(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  const auto [why, exit_status] = stop.Wait();
+  std::cerr << "decoded: " << why << "\n";
+  // Mapped weights that changed serve garbage: no turn may run on.
+  const absl::Duration drain =
+      exit_status == kExitModelFileChanged ? absl::ZeroDuration() : absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  (*server)->Drain(drain);
   std::cerr << "decoded: stopped\n";
-  return 0;
+  return exit_status;
 }

@@ -78,12 +78,55 @@ class EngineCollectable final : public prometheus::Collectable {
   std::shared_ptr<std::atomic<const serving::Engine*>> engine_;
 };
 
+// Reads ServerState at scrape time.
+class ServerCollectable final : public prometheus::Collectable {
+ public:
+  ServerCollectable(std::shared_ptr<absl::Mutex> mu, std::shared_ptr<std::function<ServerState()>> read)
+      : mu_(std::move(mu)), read_(std::move(read)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::function<ServerState()> read;
+    {
+      absl::MutexLock lock(mu_.get());
+      read = *read_;
+    }
+    if (!read) return {};
+    const ServerState s = read();
+    using prometheus::MetricType;
+    return {
+        OneValue("decoded_connections_open", "gRPC connections open (--max_connections).", MetricType::Gauge,
+                 s.connections_open),
+        OneValue("decoded_connections_accepted_total", "gRPC connections accepted.", MetricType::Counter,
+                 s.connections_accepted_total),
+        OneValue("decoded_connections_refused_total",
+                 "gRPC connections closed at once because --max_connections were open.", MetricType::Counter,
+                 s.connections_refused_total),
+        OneValue("decoded_accept_errors_total",
+                 "Failed accepts on the gRPC listening socket (e.g. out of file descriptors).",
+                 MetricType::Counter, s.accept_errors_total),
+        OneValue("decoded_streams_open", "Generate streams open, with or without a session (--max_streams).",
+                 MetricType::Gauge, s.streams_open),
+        OneValue("decoded_turn_queue", "Turns waiting for the turn pool (tokenizing, session open).",
+                 MetricType::Gauge, s.turn_queue),
+        OneValue("decoded_utility_queue", "Tokenize and Detokenize calls waiting for the utility pool.",
+                 MetricType::Gauge, s.utility_queue),
+    };
+  }
+
+ private:
+  std::shared_ptr<absl::Mutex> mu_;
+  std::shared_ptr<std::function<ServerState()>> read_;
+};
+
 }  // namespace
 
 ServerMetrics::ServerMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       engine_(std::make_shared<std::atomic<const serving::Engine*>>(nullptr)) {
   engine_collectable_ = std::make_shared<EngineCollectable>(engine_);
+  server_state_mu_ = std::make_shared<absl::Mutex>();
+  server_state_ = std::make_shared<std::function<ServerState()>>();
+  server_collectable_ = std::make_shared<ServerCollectable>(server_state_mu_, server_state_);
   // An info metric (value 1): dashboards and benchmark figures can name the
   // kernels the process runs, which the CPU decides at startup.
   BuildGauge()
@@ -92,8 +135,12 @@ ServerMetrics::ServerMetrics()
       .Register(*registry_)
       .Add({{"cpu_isa", CpuIsaName(ActiveCpuIsa())}})
       .Set(1);
-  sessions_active_ =
-      &BuildGauge().Name("decoded_sessions_active").Help("Open Generate streams.").Register(*registry_).Add({});
+  sessions_active_ = &BuildGauge()
+                          .Name("decoded_sessions_active")
+                          .Help("Sessions open: Generate streams holding a session slot (taken at a stream's first "
+                                "turn, --max_sessions).")
+                          .Register(*registry_)
+                          .Add({});
   health_serving_ = &BuildGauge()
                          .Name("decoded_health_serving")
                          .Help("1 while grpc.health.v1 reports SERVING, 0 while NOT_SERVING (loading, stuck step, "
@@ -102,12 +149,21 @@ ServerMetrics::ServerMetrics()
                          .Add({});
   auto& sessions = BuildCounter()
                        .Name("decoded_sessions_total")
-                       .Help("Generate streams ended, by outcome.")
+                       .Help("Sessions ended, by outcome (idle: ended by --idle_session_seconds).")
                        .Register(*registry_);
   sessions_ok_ = &sessions.Add({{"outcome", "ok"}});
   sessions_client_gone_ = &sessions.Add({{"outcome", "client_gone"}});
   sessions_shutdown_ = &sessions.Add({{"outcome", "shutdown"}});
+  sessions_idle_ = &sessions.Add({{"outcome", "idle"}});
   sessions_error_ = &sessions.Add({{"outcome", "error"}});
+  streams_total_ = &BuildCounter()
+                        .Name("decoded_streams_total")
+                        .Help("Generate streams ended, by outcome, with or without a session (one that never "
+                              "sent a turn, or whose first turn was refused, has none).")
+                        .Register(*registry_);
+  for (const char* outcome : {"ok", "client_gone", "shutdown", "idle", "error"}) {
+    streams_total_->Add({{"outcome", outcome}});
+  }
   admission_rejections_ = &BuildCounter()
                                .Name("decoded_admission_rejections_total")
                                .Help("Sessions or turns refused with RESOURCE_EXHAUSTED.")
@@ -162,8 +218,14 @@ ServerMetrics::ServerMetrics()
 
 void ServerMetrics::SetEngine(const serving::Engine* engine) { engine_->store(engine); }
 
-absl::StatusOr<std::unique_ptr<MetricsEndpoint>> ServerMetrics::Expose(const std::string& address) {
-  return MetricsEndpoint::Start(address, {registry_, engine_collectable_});
+void ServerMetrics::SetServerState(std::function<ServerState()> read) {
+  absl::MutexLock lock(server_state_mu_.get());
+  *server_state_ = std::move(read);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> ServerMetrics::Expose(const std::string& address,
+                                                                        const std::string& auth_token) {
+  return MetricsEndpoint::Start(address, {registry_, engine_collectable_, server_collectable_}, auth_token);
 }
 
 void ServerMetrics::SetServing(bool serving) { health_serving_->Set(serving ? 1 : 0); }
@@ -176,8 +238,21 @@ void ServerMetrics::SessionClosed(SessionOutcome outcome) {
     case SessionOutcome::kOk: sessions_ok_->Increment(); break;
     case SessionOutcome::kClientGone: sessions_client_gone_->Increment(); break;
     case SessionOutcome::kShutdown: sessions_shutdown_->Increment(); break;
+    case SessionOutcome::kIdle: sessions_idle_->Increment(); break;
     case SessionOutcome::kError: sessions_error_->Increment(); break;
   }
+}
+
+void ServerMetrics::StreamEnded(SessionOutcome outcome) {
+  const char* label = "error";
+  switch (outcome) {
+    case SessionOutcome::kOk: label = "ok"; break;
+    case SessionOutcome::kClientGone: label = "client_gone"; break;
+    case SessionOutcome::kShutdown: label = "shutdown"; break;
+    case SessionOutcome::kIdle: label = "idle"; break;
+    case SessionOutcome::kError: label = "error"; break;
+  }
+  streams_total_->Add({{"outcome", label}}).Increment();
 }
 
 void ServerMetrics::AdmissionRejected() { admission_rejections_->Increment(); }
@@ -201,6 +276,7 @@ void ServerMetrics::Step(const serving::StepInfo& step) {
 std::string ServerMetrics::Render() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& f : engine_collectable_->Collect()) families.push_back(std::move(f));
+  for (auto& f : server_collectable_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
 

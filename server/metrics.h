@@ -13,10 +13,12 @@
 #define DECODED_SERVER_METRICS_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/serving/engine.h"
 #include "server/metrics_endpoint.h"
 #include "prometheus/collectable.h"
@@ -28,9 +30,23 @@
 
 namespace decoded::server {
 
-// Session outcomes for decoded_sessions_total{outcome}.
+// Outcomes for decoded_streams_total{outcome} (every Generate stream) and
+// decoded_sessions_total{outcome} (the streams that opened a session).
 // kShutdown: the server ended the stream because it shuts down.
-enum class SessionOutcome { kOk, kClientGone, kShutdown, kError };
+// kIdle: the server ended it after --idle_session_seconds without a turn, or
+// of a client that took none of its events.
+enum class SessionOutcome { kOk, kClientGone, kShutdown, kIdle, kError };
+
+// The server's own figures, read at scrape time (like Engine::Stats()).
+struct ServerState {
+  int64_t connections_open = 0;
+  int64_t connections_accepted_total = 0;
+  int64_t connections_refused_total = 0;  // over --max_connections
+  int64_t accept_errors_total = 0;
+  int64_t streams_open = 0;               // Generate streams, with or without a session
+  int64_t turn_queue = 0;                 // turns waiting for the turn pool
+  int64_t utility_queue = 0;              // Tokenize/Detokenize calls waiting for the utility pool
+};
 
 class ServerMetrics {
  public:
@@ -41,14 +57,19 @@ class ServerMetrics {
   // The engine whose Stats() the scrape reads; null before it is loaded.
   void SetEngine(const serving::Engine* engine);
 
-  // Serves /metrics on `address` ("host:port"). INVALID_ARGUMENT when the
-  // address cannot be bound.
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Expose(const std::string& address);
+  // Where the scrape reads ServerState from; unset, nothing is exported.
+  void SetServerState(std::function<ServerState()> read);
+
+  // Serves /metrics on `address` ("host:port"), behind a bearer token when
+  // `auth_token` is set. INVALID_ARGUMENT when the address cannot be bound.
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Expose(const std::string& address,
+                                                          const std::string& auth_token = "");
 
   // decoded_health_serving: what grpc.health.v1 reports (starts 0).
   void SetServing(bool serving);
   void SessionOpened();                       // decoded_sessions_active + 1
   void SessionClosed(SessionOutcome outcome); // decoded_sessions_active - 1, outcome counted
+  void StreamEnded(SessionOutcome outcome);   // decoded_streams_total{outcome}
   void AdmissionRejected();
   // Counted per event so tokens of a turn cut short by a disconnect count too.
   void TokenGenerated();
@@ -64,6 +85,9 @@ class ServerMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<prometheus::Collectable> engine_collectable_;
+  std::shared_ptr<prometheus::Collectable> server_collectable_;
+  std::shared_ptr<absl::Mutex> server_state_mu_;
+  std::shared_ptr<std::function<ServerState()>> server_state_;
   std::shared_ptr<std::atomic<const serving::Engine*>> engine_;
 
   prometheus::Gauge* sessions_active_;
@@ -71,7 +95,9 @@ class ServerMetrics {
   prometheus::Counter* sessions_ok_;
   prometheus::Counter* sessions_client_gone_;
   prometheus::Counter* sessions_shutdown_;
+  prometheus::Counter* sessions_idle_;
   prometheus::Counter* sessions_error_;
+  prometheus::Family<prometheus::Counter>* streams_total_;
   prometheus::Counter* admission_rejections_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* inter_token_;

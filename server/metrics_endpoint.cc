@@ -9,9 +9,14 @@
 #include <exception>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "CivetServer.h"
+#include "civetweb.h"
+#include "server/bearer_token.h"
 
 namespace decoded::server {
 namespace {
@@ -50,18 +55,70 @@ void Poke(const std::string& host, int port) {
   close(fd);
 }
 
+absl::Mutex& TokensMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+
+// Listening port -> bearer token, for the endpoints started with one.
+absl::flat_hash_map<int, std::string>& TokensByPort() ABSL_EXCLUSIVE_LOCKS_REQUIRED(TokensMutex()) {
+  static auto* tokens = new absl::flat_hash_map<int, std::string>();
+  return *tokens;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
-    const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables) {
-  std::unique_ptr<prometheus::Exposer> exposer;
+    const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
+    const std::string& auth_token) {
+  std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
+  endpoint->auth_token_ = auth_token;
+  endpoint->host_ = WakeHost(address);
+  const CivetCallbacks* callbacks = nullptr;
+  if (!auth_token.empty()) {
+    endpoint->callbacks_ = std::make_unique<CivetCallbacks>();
+    endpoint->callbacks_->begin_request = &MetricsEndpoint::CheckToken;
+    callbacks = endpoint->callbacks_.get();
+  }
+  // The request timeout bounds the whole request read (civetweb measures it
+  // from the request's start), not each read, so a client trickling bytes is
+  // dropped after it too.
+  std::vector<std::string> options = {
+      "listening_ports", address,
+      "num_threads", std::to_string(kMetricsThreads),
+      "request_timeout_ms", std::to_string(absl::ToInt64Milliseconds(kMetricsRequestTimeout)),
+  };
   try {
-    exposer = std::make_unique<prometheus::Exposer>(address);
+    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(std::move(options), callbacks);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
   }
-  for (const auto& c : collectables) exposer->RegisterCollectable(c);
-  return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(exposer), WakeHost(address)));
+  if (callbacks != nullptr) {
+    // begin_request sees only the connection (civetweb's user data is the
+    // Exposer's): the token is found by the listening port it came in on.
+    absl::MutexLock lock(&TokensMutex());
+    TokensByPort()[endpoint->port()] = auth_token;
+  }
+  for (const auto& c : collectables) endpoint->exposer_->RegisterCollectable(c);
+  return endpoint;
+}
+
+int MetricsEndpoint::CheckToken(mg_connection* conn) {
+  const mg_request_info* info = mg_get_request_info(conn);
+  const char* header = mg_get_header(conn, "Authorization");
+  bool ok = false;
+  if (info != nullptr && header != nullptr) {
+    absl::MutexLock lock(&TokensMutex());
+    auto it = TokensByPort().find(info->server_port);
+    // No entry yet (a request in the instant before Start registered it): refused.
+    ok = it != TokensByPort().end() && BearerTokenMatches(header, it->second);
+  }
+  if (ok) return 0;
+  mg_printf(conn,
+            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"decoded metrics\"\r\n"
+            "Content-Type: text/plain\r\nContent-Length: 37\r\nConnection: close\r\n\r\n"
+            "missing or wrong bearer token (401)\r\n");
+  return 401;  // handled: civetweb sends nothing more
 }
 
 int MetricsEndpoint::port() const {
@@ -70,6 +127,10 @@ int MetricsEndpoint::port() const {
 }
 
 MetricsEndpoint::~MetricsEndpoint() {
+  if (!auth_token_.empty()) {
+    absl::MutexLock lock(&TokensMutex());
+    TokensByPort().erase(port());
+  }
   // The Exposer's destructor sets civetweb's stop flag and then waits for the
   // accept loop; pokes until it returns make that loop wake and see the flag.
   const int port = this->port();

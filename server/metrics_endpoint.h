@@ -1,6 +1,18 @@
 // The Prometheus /metrics HTTP endpoint: prometheus-cpp's Exposer (civetweb)
 // on one address, serving the registered collectables.
 //
+// Slow clients cannot starve scrapes: civetweb gives each connection one of
+// kMetricsThreads worker threads for as long as it reads the request, and
+// drops a connection whose request has not arrived within
+// kMetricsRequestTimeout (prometheus-cpp's defaults, 2 threads and civetweb's
+// 30 s, let two slowloris connections block scraping for 30 s). So up to
+// kMetricsThreads - 1 connections that trickle their requests still leave a
+// thread for the scraper; beyond that a scrape waits at most the timeout.
+//
+// With a token, a request without "Authorization: Bearer <token>" gets 401
+// (Prometheus sends it with `authorization: {type: Bearer, credentials: ...}`
+// in its scrape config), checked before anything is collected.
+//
 // Stopping is fast: civetweb's accept loop only notices a stop request when
 // its poll() wakes, which takes up to a second on an idle port (measured: the
 // daemon's exit took 1.0 s longer with /metrics enabled). The destructor wakes
@@ -16,18 +28,26 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 
+struct mg_connection;  // civetweb.h
+
 namespace decoded::server {
+
+inline constexpr int kMetricsThreads = 16;
+inline constexpr absl::Duration kMetricsRequestTimeout = absl::Seconds(2);
 
 class MetricsEndpoint {
  public:
   // Serves `collectables` at http://`address`/metrics ("host:port"; port 0
   // picks a free one). INVALID_ARGUMENT when the address cannot be bound
   // (prometheus-cpp throws; the exception stops here).
+  // `auth_token` non-empty: requests must carry it as a bearer token.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
-      const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables);
+      const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
+      const std::string& auth_token = "");
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
@@ -35,9 +55,12 @@ class MetricsEndpoint {
   int port() const;
 
  private:
-  MetricsEndpoint(std::unique_ptr<prometheus::Exposer> exposer, std::string host)
-      : exposer_(std::move(exposer)), host_(std::move(host)) {}
+  MetricsEndpoint() = default;
+  // civetweb's begin_request: 401 unless the bearer token matches.
+  static int CheckToken(::mg_connection* conn);
 
+  std::string auth_token_;
+  std::unique_ptr<CivetCallbacks> callbacks_;  // outlives the exposer
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string host_;  // where to connect to wake the accept loop
 };

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "server/listener_probe.h"
 
 namespace decoded::server {
 namespace {
@@ -21,14 +21,19 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return s.str();
 }
 
+int Millis(absl::Duration d) {
+  return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1, INT32_MAX));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const ServerOptions& options) {
   std::unique_ptr<DecodedServer> server(new DecodedServer());
-  server->stuck_step_threshold_ = options.stuck_step_threshold;
+  server->options_ = options;
   server->metrics_ = std::make_unique<ServerMetrics>();
   if (!options.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = server->metrics_->Expose(options.metrics_listen);
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+        server->metrics_->Expose(options.metrics_listen, options.metrics_auth_token);
     if (!endpoint.ok()) return endpoint.status();
     server->metrics_endpoint_ = *std::move(endpoint);
   }
@@ -44,32 +49,73 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     creds = grpc::SslServerCredentials(ssl);
   }
 
-  server->service_ = std::make_unique<DecoderService>(server->metrics_.get(), options.auth_token);
+  ListenerOptions listen;
+  listen.address = options.listen;
+  listen.max_connections = options.max_connections;
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(listen);
+  if (!listener.ok()) return listener.status();
+  server->listener_ = *std::move(listener);
+
+  server->turn_pool_ = std::make_unique<RequestPool>(
+      RequestPoolOptions{"turn", "--turn_queue", options.turn_threads, options.turn_queue, /*nice=*/0});
+  // Tokenize and Detokenize are utilities, not the decode path: they get what
+  // CPU the compute workers leave.
+  server->utility_pool_ = std::make_unique<RequestPool>(
+      RequestPoolOptions{"utility", "--utility_queue", options.utility_threads, options.utility_queue, /*nice=*/10});
+  DecoderServiceOptions service_options;
+  service_options.auth_token = options.auth_token;
+  service_options.max_streams = options.max_streams;
+  service_options.max_sessions_per_peer = options.max_sessions_per_peer;
+  service_options.max_metadata_bytes = options.max_metadata_bytes;
+  server->service_ = std::make_unique<DecoderService>(server->metrics_.get(), server->turn_pool_.get(),
+                                                      server->utility_pool_.get(), service_options);
   server->health_ = std::make_unique<HealthService>(std::vector<std::string>{v1::Decoder::service_full_name()});
+  const std::vector<std::string> services = {
+      v1::Decoder::service_full_name(), grpc::health::v1::Health::service_full_name(),
+      grpc::reflection::v1::ServerReflection::service_full_name(),
+      grpc::reflection::v1alpha::ServerReflection::service_full_name()};
+  DecoderService* decoder = server->service_.get();
+  auto authorized = [decoder](const grpc::CallbackServerContext& context) { return decoder->Authorized(context); };
+  server->reflection_v1_ = std::make_unique<ReflectionV1Service>(services, authorized);
+  server->reflection_v1alpha_ = std::make_unique<ReflectionV1AlphaService>(services, authorized);
+
   grpc::EnableDefaultHealthCheckService(false);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, creds, &server->port_);
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->health_.get());
+  builder.RegisterService(server->reflection_v1_.get());
+  builder.RegisterService(server->reflection_v1alpha_.get());
   // Keepalive: notice dead clients (and free their sessions) within a minute.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // A second daemon on a busy port must fail, not share it (gRPC defaults to SO_REUSEPORT).
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_connection);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(options.handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataTransportBytes);
+  server->acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  if (server->server_ == nullptr) return absl::UnavailableError(absl::StrCat("cannot serve on ", options.listen));
+  DecodedServer* self = server.get();
+  server->listener_->Start(server->acceptor_.get(), [self](const absl::Status& why) { self->ListenerFailed(why); });
+  server->metrics_->SetServerState([self] { return self->State(); });
+  server->UpdateHealth();
+  server->watchdog_ = std::thread([self] { self->Watchdog(); });
+  if (options.listener_probe_interval > absl::ZeroDuration()) {
+    server->prober_ = std::thread([self] { self->ProbeListener(); });
   }
-  server->SetServing(false);
   return server;
 }
 
 DecodedServer::~DecodedServer() {
   Drain(absl::ZeroDuration());
+  stop_threads_.Notify();
+  if (watchdog_.joinable()) watchdog_.join();
+  if (prober_.joinable()) prober_.join();
+  metrics_->SetServerState(nullptr);
   server_.reset();
+  listener_.reset();
   metrics_->SetEngine(nullptr);
   engine_.reset();
 }
@@ -82,35 +128,97 @@ void DecodedServer::AttachEngine(std::unique_ptr<serving::Engine> engine) {
   engine_ = std::move(engine);
   metrics_->SetEngine(engine_.get());
   service_->AttachEngine(engine_.get());
-  SetServing(true);
-  watchdog_ = std::thread([this] { WatchForStuckSteps(); });
+  {
+    absl::MutexLock lock(&health_mu_);
+    attached_ = true;
+  }
+  UpdateHealth();
 }
 
-void DecodedServer::WatchForStuckSteps() {
-  bool stuck = false;
-  while (!stop_watchdog_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+void DecodedServer::UpdateHealth() {
+  bool serving;
+  {
+    absl::MutexLock lock(&health_mu_);
+    serving = attached_ && !stuck_ && !listener_failed_ && !draining_;
+  }
+  health_->SetServing(serving);
+  metrics_->SetServing(serving);
+}
+
+void DecodedServer::Watchdog() {
+  const auto idle = absl::ToChronoNanoseconds(options_.idle_session_timeout);
+  while (!stop_threads_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+    if (options_.idle_session_timeout != absl::InfiniteDuration()) service_->streams().ExpireIdle(idle);
+    if (engine_ == nullptr || drained_.load()) continue;
     const double age = engine_->Stats().longest_running_step_seconds;
-    const bool now_stuck = age > absl::ToDoubleSeconds(stuck_step_threshold_);
-    if (now_stuck == stuck || drained_.load()) continue;
-    stuck = now_stuck;
-    if (stuck) {
+    const bool now_stuck = age > absl::ToDoubleSeconds(options_.stuck_step_threshold);
+    {
+      absl::MutexLock lock(&health_mu_);
+      if (now_stuck == stuck_) continue;
+      stuck_ = now_stuck;
+    }
+    if (now_stuck) {
       std::cerr << "decoded: a worker has been inside one step for " << age << " s; health reports NOT_SERVING\n";
     } else {
       std::cerr << "decoded: the stuck step returned; health reports SERVING again\n";
     }
-    SetServing(!stuck);
+    UpdateHealth();
   }
+}
+
+void DecodedServer::ProbeListener() {
+  const absl::Duration interval = options_.listener_probe_interval;
+  const absl::Duration timeout = std::min(interval, absl::Seconds(2));
+  int failures = 0;
+  while (!stop_threads_.WaitForNotificationWithTimeout(interval)) {
+    if (drained_.load()) return;
+    absl::Status probe = decoded::server::ProbeListener(listener_->local_host(), listener_->port(), timeout);
+    if (probe.ok()) {
+      failures = 0;
+      continue;
+    }
+    if (++failures < kListenerProbeFailures) continue;
+    ListenerFailed(absl::UnavailableError(absl::StrCat("the listener on port ", listener_->port(),
+                                                       " no longer accepts connections (", kListenerProbeFailures,
+                                                       " probes in a row, ", absl::FormatDuration(interval),
+                                                       " apart; the last: ", probe.message(), ")")));
+    return;
+  }
+}
+
+void DecodedServer::ListenerFailed(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (listener_failed_) return;
+    listener_failed_ = true;
+  }
+  std::cerr << "decoded: " << why.message() << "; health reports NOT_SERVING\n";
+  UpdateHealth();
+  if (options_.on_listener_failure) options_.on_listener_failure(why);
+}
+
+ServerState DecodedServer::State() {
+  const ListenerStats l = listener_->Stats();
+  ServerState s;
+  s.connections_open = l.open_connections;
+  s.connections_accepted_total = l.accepted_total;
+  s.connections_refused_total = l.refused_total;
+  s.accept_errors_total = l.accept_errors_total;
+  s.streams_open = service_->streams().size();
+  s.turn_queue = turn_pool_->queued();
+  s.utility_queue = utility_pool_->queued();
+  return s;
 }
 
 void DecodedServer::Drain(absl::Duration period) {
   if (drained_.load() || server_ == nullptr) return;
   drained_ = true;
   const absl::Time end = absl::Now() + period;
-  if (watchdog_.joinable()) {
-    stop_watchdog_.Notify();
-    watchdog_.join();
+  {
+    absl::MutexLock lock(&health_mu_);
+    draining_ = true;
   }
-  SetServing(false);
+  UpdateHealth();
   // Watchers are sent NOT_SERVING and their Watch calls end, which would
   // otherwise hold the drain open until its cut point.
   health_->Shutdown();
@@ -129,15 +237,11 @@ void DecodedServer::Drain(absl::Duration period) {
     streams.WaitUntilEmpty(end - teardown);
   }
   streams.MarkCancellingAll();
+  listener_->Stop();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();
   // A stream cancelled with a step still running is released when it returns.
   streams.WaitUntilEmpty(end);
-}
-
-void DecodedServer::SetServing(bool serving) {
-  health_->SetServing(serving);
-  metrics_->SetServing(serving);
 }
 
 }  // namespace decoded::server

@@ -1,6 +1,20 @@
 // The decoded gRPC server: the Decoder service, grpc.health.v1 health,
-// server reflection, and the Prometheus endpoint, started before the model so
-// health can say NOT_SERVING while it loads.
+// server reflection (v1 and v1alpha), and the Prometheus endpoint, started
+// before the model so health can say NOT_SERVING while it loads.
+//
+// Connections come from the daemon's own Listener (server/listener.h: a
+// connection limit, and it survives running out of file descriptors); HTTP/2
+// limits are gRPC channel arguments: at most max_streams_per_connection
+// concurrent streams per connection, the handshake within handshake_timeout,
+// keepalive pings to notice dead clients.
+//
+// The listener watchdog probes the listening address every
+// listener_probe_interval with a new connection (server/listener_probe.h).
+// When the listener stops accepting (kListenerProbeFailures probes in a row,
+// or its socket fails), health turns NOT_SERVING for good, the reason is
+// logged, and on_listener_failure is called: the daemon then drains and exits
+// non-zero so that its supervisor (Docker's HEALTHCHECK and restart policy,
+// Kubernetes' probes) restarts it.
 //
 // Order of life: Start (NOT_SERVING, RPCs answer UNAVAILABLE) -> AttachEngine
 // (SERVING) -> Drain -> destruction (engine after server).
@@ -20,18 +34,24 @@
 #define DECODED_SERVER_SERVER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "server/decoder_service.h"
 #include "server/health_service.h"
+#include "server/listener.h"
 #include "server/metrics.h"
+#include "server/reflection_service.h"
+#include "server/request_pool.h"
 
 namespace decoded::server {
 
@@ -40,22 +60,59 @@ struct ServerOptions {
   std::string metrics_listen;              // empty: no /metrics endpoint
   std::string tls_cert_file;               // both set: TLS, else plaintext
   std::string tls_key_file;
-  std::string auth_token;                  // non-empty: bearer token required
+  std::string auth_token;                  // non-empty: bearer token required (Decoder, reflection)
+  std::string metrics_auth_token;          // non-empty: bearer token required on /metrics
   // Health turns NOT_SERVING while a worker has been inside one step for
   // longer than this (a wedged engine), and SERVING again once it returns.
   absl::Duration stuck_step_threshold = absl::Seconds(30);
+
+  // Connections and streams (server/listener.h, server/stream_registry.h).
+  int max_connections = 1024;
+  int max_streams_per_connection = 100;  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+  int max_streams = 1024;                // Generate streams, all connections
+  int max_sessions_per_peer = 0;         // 0: no limit
+  // A Generate stream idle this long ends (see GenerateReactor);
+  // InfiniteDuration: never.
+  absl::Duration idle_session_timeout = absl::Seconds(300);
+  // A connection that has not finished its handshake (TLS, HTTP/2 preface
+  // and SETTINGS) by then is closed.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // Request metadata beyond this is refused on its own stream
+  // (RESOURCE_EXHAUSTED); see docs/deploy.md for what gRPC 1.51 does beyond
+  // kMaxMetadataTransportBytes.
+  int64_t max_metadata_bytes = 8192;
+
+  // The listener watchdog: a new connection to the listening address every
+  // interval; kListenerProbeFailures failures in a row mean the listener no
+  // longer accepts. ZeroDuration: no probe.
+  absl::Duration listener_probe_interval = absl::Seconds(5);
+  // Called once (on a server thread) when the listener stops accepting, after
+  // health has turned NOT_SERVING: the daemon drains and exits non-zero.
+  std::function<void(const absl::Status&)> on_listener_failure;
+
+  // Request pools (server/request_pool.h).
+  int turn_threads = 2;
+  int turn_queue = 64;
+  int utility_threads = 1;
+  int utility_queue = 16;
 };
+
+// Failed probes in a row before the listener counts as dead.
+inline constexpr int kListenerProbeFailures = 3;
+// What the HTTP/2 transport itself accepts as one request's metadata (its
+// HPACK soft limit); the daemon refuses beyond max_metadata_bytes itself.
+inline constexpr int kMaxMetadataTransportBytes = 64 * 1024;
 
 class DecodedServer {
  public:
   // UNAVAILABLE when the address cannot be bound; INVALID_ARGUMENT for a bad
-  // metrics address or unreadable TLS files.
+  // address or unreadable TLS files.
   static absl::StatusOr<std::unique_ptr<DecodedServer>> Start(const ServerOptions& options);
   ~DecodedServer();
   DecodedServer(const DecodedServer&) = delete;
   DecodedServer& operator=(const DecodedServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return listener_->port(); }
   // Port of the /metrics endpoint; 0 when disabled.
   int metrics_port() const;
   // The attached engine (null before AttachEngine).
@@ -70,21 +127,43 @@ class DecodedServer {
 
  private:
   DecodedServer() = default;
-  void SetServing(bool serving);
-  // Polls the engine's longest running step and flips health accordingly.
-  void WatchForStuckSteps();
+  // Health from what is known now: serving once an engine is attached,
+  // unless a step is stuck, the listener failed, or a drain began.
+  void UpdateHealth() ABSL_LOCKS_EXCLUDED(health_mu_);
+  // Every half second: stuck steps (health) and idle streams.
+  void Watchdog();
+  // Every listener_probe_interval: a probe connection (ListenerFailed after
+  // kListenerProbeFailures failures in a row).
+  void ProbeListener();
+  void ListenerFailed(const absl::Status& why) ABSL_LOCKS_EXCLUDED(health_mu_);
+  ServerState State();
 
+  ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
+  // Declared before the gRPC server, so they outlive it: their tasks finish
+  // its calls.
+  std::unique_ptr<RequestPool> turn_pool_;
+  std::unique_ptr<RequestPool> utility_pool_;
   std::unique_ptr<DecoderService> service_;
   std::unique_ptr<HealthService> health_;    // outlives server_ (declared before it)
+  std::unique_ptr<ReflectionV1Service> reflection_v1_;
+  std::unique_ptr<ReflectionV1AlphaService> reflection_v1alpha_;
   std::unique_ptr<serving::Engine> engine_;  // outlives server_ (declared before it)
+  std::unique_ptr<Listener> listener_;
   std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
-  absl::Duration stuck_step_threshold_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;  // owned by server_'s life
   std::atomic<bool> drained_{false};
-  absl::Notification stop_watchdog_;
+
+  absl::Mutex health_mu_;
+  bool attached_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool stuck_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool listener_failed_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(health_mu_) = false;
+
+  absl::Notification stop_threads_;
   std::thread watchdog_;
+  std::thread prober_;
 };
 
 }  // namespace decoded::server

@@ -2,33 +2,53 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace decoded::server {
 
-bool StreamRegistry::Add(DrainableStream* stream) {
+absl::Status StreamRegistry::Add(OpenStream* stream) {
   absl::MutexLock lock(&mu_);
-  if (draining_) return false;
+  if (draining_) return absl::UnavailableError("the server is draining");
+  if (static_cast<int>(streams_.size()) >= max_streams_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server holds its maximum of ", max_streams_, " open Generate streams (--max_streams)"));
+  }
   streams_.insert(stream);
-  return true;
+  return absl::OkStatus();
 }
 
-void StreamRegistry::Remove(DrainableStream* stream) {
+void StreamRegistry::Remove(OpenStream* stream) {
   absl::MutexLock lock(&mu_);
   streams_.erase(stream);
 }
 
+std::vector<OpenStream*> StreamRegistry::RefAll() {
+  std::vector<OpenStream*> streams;
+  absl::MutexLock lock(&mu_);
+  streams.reserve(streams_.size());
+  for (OpenStream* s : streams_) {
+    s->Ref();
+    streams.push_back(s);
+  }
+  return streams;
+}
+
 void StreamRegistry::StartDrain() {
-  std::vector<DrainableStream*> streams;
   {
     absl::MutexLock lock(&mu_);
     draining_ = true;
-    for (DrainableStream* s : streams_) {
-      s->Ref();
-      streams.push_back(s);
-    }
   }
   // Without the lock: a stream that finishes here may unregister at once.
-  for (DrainableStream* s : streams) {
+  for (OpenStream* s : RefAll()) {
     s->StartDrain();
+    s->Unref();
+  }
+}
+
+void StreamRegistry::ExpireIdle(std::chrono::nanoseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  for (OpenStream* s : RefAll()) {
+    s->ExpireIfIdle(now, timeout);
     s->Unref();
   }
 }
@@ -36,7 +56,7 @@ void StreamRegistry::StartDrain() {
 bool StreamRegistry::WaitUntilEmpty(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithDeadline(
-      absl::Condition(+[](absl::flat_hash_set<DrainableStream*>* s) { return s->empty(); }, &streams_), deadline);
+      absl::Condition(+[](absl::flat_hash_set<OpenStream*>* s) { return s->empty(); }, &streams_), deadline);
 }
 
 int StreamRegistry::size() const {

@@ -1,9 +1,22 @@
-// GGUF v3 reader: memory-maps a model file and exposes its metadata and tensors.
+// GGUF v3 reader: reads a model file into memory (or maps it) and exposes its
+// metadata and tensors.
 //
 // Format: GGUF specification (ggml/docs/gguf.md), summarised in docs/gguf.md.
 // Header, metadata key/value pairs and tensor infos are parsed eagerly and fully
-// bounds-checked; tensor data stays in the read-only mapping (quantized tensors
-// stay quantized: callers get a pointer to the raw blocks).
+// bounds-checked; tensor data stays in the read-only file image (quantized
+// tensors stay quantized: callers get a pointer to the raw blocks).
+//
+// The file image is one of (GgufLoad):
+//   kCopy  the file read into anonymous memory (the default). What happens to
+//          the file afterwards (truncated, overwritten, replaced) changes
+//          nothing: the copy stays what was validated.
+//   kMap   a read-only private mapping of the file (llama.cpp's default):
+//          pages are shared with the page cache and other processes mapping
+//          the file, and loading reads nothing until a tensor is touched.
+//          The price: a file truncated while mapped makes a later read of a
+//          lost page raise SIGBUS, and one overwritten in place changes the
+//          weights under the reader (MAP_PRIVATE copies only pages the
+//          process writes, and it writes none).
 //
 // Errors: Open() returns
 //   NOT_FOUND            the file cannot be opened,
@@ -66,9 +79,14 @@ struct GgufTensorInfo {
 
 class GgufParser;  // engine/gguf/gguf_parser.h: parses a byte range into a GgufFile
 
+// How GgufFile::Open holds the file (see the file comment).
+enum class GgufLoad { kCopy, kMap };
+
 class GgufFile {
  public:
-  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // kCopy adds one error: INVALID_ARGUMENT when the file shrinks while it is
+  // read.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path, GgufLoad load = GgufLoad::kCopy);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -103,7 +121,7 @@ class GgufFile {
   GgufFile() = default;
   friend class GgufParser;
 
-  // Unmaps the read-only mapping of `size` bytes.
+  // Unmaps the read-only file image of `size` bytes (a copy or a mapping).
   struct Unmapper {
     size_t size;
     void operator()(const uint8_t* p) const;

@@ -77,6 +77,9 @@ absl::Status CheckOptions(const EngineOptions& o) {
   if (o.max_batch < 1 || o.max_batch > kMaxBatch) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch must be in [1, ", kMaxBatch, "]"));
   }
+  if (o.limits.max_text_bytes < 1 || o.limits.max_chat_messages < 1 || o.limits.max_token_ids < 1) {
+    return absl::InvalidArgumentError("max_text_bytes, max_chat_messages and max_token_ids must be >= 1");
+  }
   return absl::OkStatus();
 }
 
@@ -102,8 +105,9 @@ absl::Status WarmUp(const Model& model, int threads) {
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(std::unique_ptr<RealServingModel> model, const EngineOptions& options, int32_t session_len)
-      : model_(std::move(model)) {
+  EngineImpl(std::unique_ptr<RealServingModel> model, const EngineOptions& options, int32_t session_len,
+             int64_t session_kv_bytes)
+      : model_(std::move(model)), limits_(options.limits) {
     const decoded::ModelInfo& mi = model_->model().info();
     const Tokenizer& tok = model_->model().tokenizer();
     // general.name is file data, taken as is; clients receive it as a proto string.
@@ -114,10 +118,12 @@ class EngineImpl final : public Engine {
     info_.n_layers = mi.n_layers;
     info_.hidden_size = mi.hidden_size;
     info_.sliding_window = mi.sliding_window;
-    info_.weight_dtype = mi.weight_dtype;
+    info_.weight_dtype = mi.file_type.empty() ? mi.weight_dtype : mi.file_type;
+    info_.tensor_dtype = mi.weight_dtype;
     info_.device = mi.device;
     if (info_.device == "cpu") info_.cpu_isa = CpuIsaName(ActiveCpuIsa());
     info_.session_context_length = session_len;
+    info_.session_kv_bytes = session_kv_bytes;
     info_.max_sessions = options.max_sessions;
     info_.bos_id = tok.bos_id();
     info_.eos_id = tok.eos_id();
@@ -193,13 +199,28 @@ class EngineImpl final : public Engine {
   void EventsConsumed(SessionId session, int count) override { scheduler_->EventsConsumed(session, count); }
   void BeginShutdown() override { scheduler_->BeginShutdown(); }
 
-  std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const override {
+  absl::StatusOr<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos,
+                                                bool parse_special) const override {
+    if (static_cast<int64_t>(text.size()) > limits_.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("text has ", text.size(), " bytes, over the server's limit of ",
+                                                     limits_.max_text_bytes, " (max_text_bytes)"));
+    }
     return model_->model().tokenizer().Encode(text, add_bos, parse_special);
   }
 
   absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const override {
+    if (static_cast<int64_t>(ids.size()) > limits_.max_token_ids) {
+      return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids, over the server's limit of ",
+                                                     limits_.max_token_ids, " (max_token_ids)"));
+    }
     // Valid UTF-8 (a protobuf string must be), by the same rule as streamed text.
-    return model_->model().tokenizer().Detokenize(ids, render_special);
+    absl::StatusOr<std::string> text = model_->model().tokenizer().Detokenize(ids, render_special);
+    if (text.ok() && static_cast<int64_t>(text->size()) > limits_.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("the text of these ids has ", text->size(),
+                                                     " bytes, over the server's limit of ", limits_.max_text_bytes,
+                                                     " (max_text_bytes)"));
+    }
+    return text;
   }
 
   const EngineModelInfo& ModelInfo() const override { return info_; }
@@ -217,23 +238,55 @@ class EngineImpl final : public Engine {
   }
 
  private:
-  // INVALID_ARGUMENT for text or chat content with more bytes than a
-  // session's context could hold as tokens (a cheap bound: the tokenizer's
-  // cost grows with the input, the context's capacity does not).
+  // INVALID_ARGUMENT for input beyond RequestLimits, and for text or chat
+  // content with more bytes than a session's context could hold as tokens (a
+  // cheap bound: the tokenizer's cost grows with the input, the context's
+  // capacity does not).
   absl::Status CheckInputSize(const TurnRequest& turn) const {
+    // The context's bound first: it says why such input can never be served.
     int64_t bytes = 0;
     if (turn.kind == TurnRequest::InputKind::kText) bytes = static_cast<int64_t>(turn.text.size());
     if (turn.kind == TurnRequest::InputKind::kMessages) {
       for (const ChatMessage& m : turn.messages) bytes += static_cast<int64_t>(m.content.size());
     }
-    if (bytes <= max_input_bytes_) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the turn's input has ", bytes, " bytes, more than a session's context of ", info_.session_context_length,
-        " tokens can hold (", max_input_bytes_, " bytes at most: no token of this vocabulary spells more than ",
-        max_input_bytes_ / info_.session_context_length, ")"));
+    if (bytes > max_input_bytes_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the turn's input has ", bytes, " bytes, more than a session's context of ", info_.session_context_length,
+          " tokens can hold (", max_input_bytes_, " bytes at most: no token of this vocabulary spells more than ",
+          max_input_bytes_ / info_.session_context_length, ")"));
+    }
+    if (turn.kind == TurnRequest::InputKind::kText && bytes > limits_.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("the turn's text has ", bytes,
+                                                     " bytes, over the server's limit of ", limits_.max_text_bytes,
+                                                     " (max_text_bytes)"));
+    }
+    if (turn.kind == TurnRequest::InputKind::kMessages) {
+      if (static_cast<int64_t>(turn.messages.size()) > limits_.max_chat_messages) {
+        return absl::InvalidArgumentError(absl::StrCat("the turn has ", turn.messages.size(),
+                                                       " messages, over the server's limit of ",
+                                                       limits_.max_chat_messages, " (max_chat_messages)"));
+      }
+      int64_t total = 0;
+      for (const ChatMessage& m : turn.messages) {
+        total += static_cast<int64_t>(m.role.size() + m.content.size()) + kChatMessageOverheadBytes;
+      }
+      if (total > limits_.max_text_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the turn's messages count ", total, " bytes (roles and contents, ", kChatMessageOverheadBytes,
+            " more per message), over the server's limit of ", limits_.max_text_bytes, " (max_text_bytes)"));
+      }
+    }
+    if (turn.kind == TurnRequest::InputKind::kTokens &&
+        static_cast<int64_t>(turn.tokens.size()) > limits_.max_token_ids) {
+      return absl::InvalidArgumentError(absl::StrCat("the turn has ", turn.tokens.size(),
+                                                     " tokens, over the server's limit of ", limits_.max_token_ids,
+                                                     " (max_token_ids)"));
+    }
+    return absl::OkStatus();
   }
 
   std::unique_ptr<RealServingModel> model_;
+  const RequestLimits limits_;
   int64_t max_input_bytes_ = 0;
   EngineModelInfo info_;
   std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
@@ -243,15 +296,22 @@ class EngineImpl final : public Engine {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_path, options.chat_template);
+  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(
+      options.model_path, options.chat_template, options.mmap_weights ? GgufLoad::kMap : GgufLoad::kCopy);
   if (!model.ok()) return model.status();
   const int32_t session_len = std::min<int32_t>(options.context_length, (*model)->info().context_length);
+  // One session's KV reservation (its buffers are committed lazily, so this
+  // scratch context costs no memory).
+  absl::StatusOr<std::unique_ptr<DecodeContext>> probe = (*model)->NewContext(session_len);
+  if (!probe.ok()) return probe.status();
+  const int64_t session_kv_bytes = (*probe)->kv_bytes();
+  probe->reset();
   if (absl::Status s = WarmUp(**model, options.threads_per_worker); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("warm-up failed: ", s.message()));
   }
   return std::unique_ptr<Engine>(
       new EngineImpl(std::make_unique<RealServingModel>(*std::move(model), options.parse_special_in_chat_content),
-                     options, session_len));
+                     options, session_len, session_kv_bytes));
 }
 
 }  // namespace decoded::serving

@@ -130,8 +130,28 @@ struct StepInfo {
   int32_t tokens = 0;
 };
 
+// Bounds on one request, checked before any work is done for it, so the cost
+// of a request the engine accepts is bounded whatever a client sends. Each
+// refusal is INVALID_ARGUMENT naming the field and the bound.
+struct RequestLimits {
+  // Text bytes: Tokenize's text; a text turn's text; a chat turn's messages,
+  // each counted as its role and content bytes plus kChatMessageOverheadBytes
+  // (so empty messages count too); Detokenize's reply.
+  int64_t max_text_bytes = int64_t{1} << 20;
+  int32_t max_chat_messages = 4096;     // messages of one chat turn
+  int32_t max_token_ids = 131072;       // Detokenize's ids; a token turn's tokens
+};
+// What one chat message costs against max_text_bytes beside its role and
+// content: about what a template's markup around it renders to.
+inline constexpr int64_t kChatMessageOverheadBytes = 16;
+
 struct EngineOptions {
   std::string model_path;
+  // The weights: a copy of the file in memory (the default), or a mapping of
+  // it (engine/gguf/gguf_file.h: faster to load and shared with other
+  // processes, but a file truncated or overwritten while served crashes the
+  // process or changes its weights).
+  bool mmap_weights = false;
   int workers = 1;              // fixed worker pool size (>= 1)
   int threads_per_worker = 1;   // compute threads of each worker's executor (>= 1)
   int max_sessions = 16;        // open sessions; beyond: RESOURCE_EXHAUSTED
@@ -159,6 +179,7 @@ struct EngineOptions {
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(const StepInfo&)> on_step;
+  RequestLimits limits;
 };
 
 struct EngineModelInfo {
@@ -169,12 +190,14 @@ struct EngineModelInfo {
   int32_t n_layers = 0;
   int32_t hidden_size = 0;
   int32_t sliding_window = 0;
-  std::string weight_dtype;
+  std::string weight_dtype;  // the file's type when it names one ("Q4_K_M"), else tensor_dtype
+  std::string tensor_dtype;  // the GGML type of most tensor bytes ("q4_K")
   std::string device;
   // Instruction-set tier of the CPU kernels (engine/cpu_isa.h: "avx512vnni",
   // "avx2", "scalar"); "" on other devices.
   std::string cpu_isa;
   int32_t session_context_length = 0;
+  int64_t session_kv_bytes = 0;  // KV cache one session reserves (session_context_length tokens)
   int32_t max_sessions = 0;
   int32_t bos_id = 0;
   int32_t eos_id = 0;
@@ -225,14 +248,17 @@ class Engine {
   // is spent; UNAVAILABLE after BeginShutdown. The KV cache is allocated here.
   virtual absl::StatusOr<SessionId> OpenSession() = 0;
 
-  // Validates and queues a turn. Whether the input starts with BOS follows
+  // Validates and queues a turn; text and chat input are tokenized (a chat
+  // conversation rendered) on the calling thread, so call it off
+  // latency-sensitive threads. Whether the input starts with BOS follows
   // from the session's context: the model's BOS is prepended (never doubled)
   // to text and chat input exactly when the context is empty, whatever
   // earlier turns were accepted and cancelled. Errors (the session is
   // unchanged):
   //   INVALID_ARGUMENT: empty input, token id outside the vocabulary (input or
-  //     stop_token_ids), input longer than the remaining context, sampling
-  //     parameter out of range, negative max_new_tokens;
+  //     stop_token_ids), input longer than the remaining context or beyond
+  //     RequestLimits, sampling parameter out of range, negative
+  //     max_new_tokens;
   //   FAILED_PRECONDITION: a turn of this session is still running (a turn
   //     submitted after CancelTurn, before the cancelled turn's end, is held
   //     instead and starts right after that end; one such turn at a time; if
@@ -270,11 +296,15 @@ class Engine {
   // get UNAVAILABLE. Idempotent.
   virtual void BeginShutdown() = 0;
 
-  // Text -> ids (add_bos: the model's BOS, never doubled).
-  virtual std::vector<int32_t> Tokenize(std::string_view text, bool add_bos, bool parse_special) const = 0;
+  // Text -> ids (add_bos: the model's BOS, never doubled). INVALID_ARGUMENT
+  // when the text exceeds RequestLimits::max_text_bytes. Its cost grows with
+  // the text: call it off latency-sensitive threads.
+  virtual absl::StatusOr<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos,
+                                                        bool parse_special) const = 0;
   // Ids -> valid UTF-8 text (Tokenizer::Detokenize: ill-formed byte sequences
   // become U+FFFD by the rule streamed text follows too).
-  // INVALID_ARGUMENT on an id outside the vocabulary.
+  // INVALID_ARGUMENT on an id outside the vocabulary, more ids than
+  // RequestLimits::max_token_ids, or text longer than max_text_bytes.
   virtual absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const = 0;
   virtual const EngineModelInfo& ModelInfo() const = 0;
   virtual EngineStats Stats() const = 0;

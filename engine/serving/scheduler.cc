@@ -78,7 +78,7 @@ absl::StatusOr<SessionId> Scheduler::Open() {
     if (shutting_down_) return absl::UnavailableError("the server is shutting down");
     if (open_ >= options_.max_sessions) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("the server holds its maximum of ", options_.max_sessions, " sessions"));
+          absl::StrCat("the server holds its maximum of ", options_.max_sessions, " sessions (--max_sessions)"));
     }
     id = next_id_++;
     // Reserve the slot now so concurrent opens cannot overshoot while the KV
@@ -105,7 +105,7 @@ absl::StatusOr<SessionId> Scheduler::Open() {
     if (reserved > options_.kv_budget_bytes) {
       return refuse(absl::ResourceExhaustedError(absl::StrCat(
           "another session would reserve ", reserved, " KV bytes, over the server's budget of ",
-          options_.kv_budget_bytes)));
+          options_.kv_budget_bytes, " (--kv_budget_mb)")));
     }
   }
   Session* s = sessions_[id].get();
@@ -179,7 +179,8 @@ absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) 
     return absl::FailedPreconditionError("a turn is still running on this session; wait for its end or cancel it");
   }
   if (not_started_ >= options_.max_queued) {
-    return absl::ResourceExhaustedError(absl::StrCat("the server has ", options_.max_queued, " turns queued"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server has its maximum of ", options_.max_queued, " turns queued (--max_queued)"));
   }
   return StartTurn(s, std::move(turn), sink, accepted, rendered ? &*rendered : nullptr);
 }

@@ -676,11 +676,11 @@ TEST_F(ServerE2eTest, TokenizeWithLatin1TextIsInvalidArgumentAndTheServerKeepsSe
 
 // A turn whose text or chat content is not UTF-8 ends its stream with
 // INVALID_ARGUMENT naming the field and the byte (not OK with no events), is
-// counted as an error, and the server keeps serving.
+// counted as a stream that ended in error, and the server keeps serving.
 TEST_F(ServerE2eTest, GenerateWithTextThatIsNotUtf8IsInvalidArgumentNamingTheField) {
   auto outcome = [&](const char* name) {
     return e2e::MetricValue(HttpGet(server_->metrics_port(), "/metrics"),
-                            absl::StrCat("decoded_sessions_total{outcome=\"", name, "\"}"));
+                            absl::StrCat("decoded_streams_total{outcome=\"", name, "\"}"));
   };
   const double errors_before = outcome("error");
   v1::GenerateRequest chat = ChatTurn("hello", 2);

@@ -1,0 +1,329 @@
+#include "server/listener.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace decoded::server {
+namespace {
+
+constexpr absl::Duration kBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kLimitRefresh = absl::Milliseconds(50);
+constexpr absl::Duration kStatsRefresh = absl::Seconds(1);
+constexpr absl::Duration kLogInterval = absl::Seconds(10);
+
+struct HostPort {
+  std::string host;  // "" = every address
+  std::string port;
+};
+
+absl::StatusOr<HostPort> SplitAddress(const std::string& address) {
+  HostPort hp;
+  size_t colon;
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return absl::InvalidArgumentError(absl::StrCat("listen address \"", address, "\": expected [v6 address]:port"));
+    }
+    hp.host = address.substr(1, close - 1);
+    colon = close + 1;
+  } else {
+    colon = address.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("listen address \"", address, "\": expected host:port"));
+    }
+    hp.host = address.substr(0, colon);
+  }
+  hp.port = address.substr(colon + 1);
+  int port = 0;
+  if (!absl::SimpleAtoi(hp.port, &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address \"", address, "\": bad port \"", hp.port, "\""));
+  }
+  return hp;
+}
+
+bool IsWildcard(const sockaddr* addr) {
+  if (addr->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+  }
+  if (addr->sa_family == AF_INET6) {
+    return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
+  }
+  return false;
+}
+
+std::string NumericHost(const sockaddr* addr, socklen_t len) {
+  char host[NI_MAXHOST] = {0};
+  if (getnameinfo(addr, len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return "127.0.0.1";
+  return host;
+}
+
+void SetPort(sockaddr* addr, int port) {
+  if (addr->sa_family == AF_INET) reinterpret_cast<sockaddr_in*>(addr)->sin_port = htons(port);
+  if (addr->sa_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(addr)->sin6_port = htons(port);
+}
+
+int BoundPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return 0;
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Listener>> Listener::Bind(const ListenerOptions& options) {
+  if (options.max_connections < 1) return absl::InvalidArgumentError("max_connections must be >= 1");
+  absl::StatusOr<HostPort> hp = SplitAddress(options.address);
+  if (!hp.ok()) return hp.status();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int err = getaddrinfo(hp->host.empty() ? nullptr : hp->host.c_str(), hp->port.c_str(), &hints, &found);
+      err != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", options.address, "\" does not resolve: ", gai_strerror(err)));
+  }
+  std::vector<addrinfo*> addrs;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET || a->ai_family == AF_INET6) addrs.push_back(a);
+  }
+
+  std::unique_ptr<Listener> listener(new Listener());
+  listener->max_connections_ = options.max_connections;
+  absl::Status failed;
+  int port = 0;
+  for (addrinfo* a : addrs) {
+    sockaddr_storage addr{};
+    std::memcpy(&addr, a->ai_addr, a->ai_addrlen);
+    // Port 0 with several addresses: every socket gets the port the first got.
+    if (port != 0) SetPort(reinterpret_cast<sockaddr*>(&addr), port);
+    const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      failed = absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(errno)));
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (a->ai_family == AF_INET6) {
+      // Alone, an IPv6 address serves IPv4 clients too (as gRPC's own
+      // "[::]:port" does); beside an IPv4 one, each socket keeps its family.
+      const int v6only = addrs.size() > 1 ? 1 : 0;
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), a->ai_addrlen) != 0 || listen(fd, options.backlog) != 0) {
+      failed = absl::UnavailableError(absl::StrCat("cannot listen on ", NumericHost(a->ai_addr, a->ai_addrlen), ":",
+                                                   hp->port, ": ", ErrnoText(errno)));
+      close(fd);
+      continue;
+    }
+    if (port == 0) {
+      port = BoundPort(fd);
+      listener->local_host_ = IsWildcard(a->ai_addr) ? (a->ai_family == AF_INET6 ? "::1" : "127.0.0.1")
+                                                     : NumericHost(a->ai_addr, a->ai_addrlen);
+    }
+    if (IsWildcard(a->ai_addr) && a->ai_family == AF_INET) listener->local_host_ = "127.0.0.1";
+    listener->fds_.push_back(fd);
+  }
+  freeaddrinfo(found);
+  // Every resolved address must be served: a port taken on one of them means
+  // another server answers there.
+  if (!failed.ok()) return failed;
+  if (listener->fds_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address \"", options.address, "\" has no IP address"));
+  }
+  listener->port_ = port;
+  listener->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  listener->spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (listener->wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", ErrnoText(errno)));
+  return listener;
+}
+
+Listener::~Listener() {
+  Stop();
+  for (int fd : fds_) close(fd);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (spare_fd_ >= 0) close(spare_fd_);
+}
+
+void Listener::Start(grpc::experimental::ExternalConnectionAcceptor* acceptor,
+                     std::function<void(const absl::Status&)> on_failure) {
+  acceptor_ = acceptor;
+  on_failure_ = std::move(on_failure);
+  thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+void Listener::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  for (int fd : fds_) close(fd);
+  fds_.clear();
+}
+
+void Listener::AcceptLoop() {
+  std::vector<pollfd> polled;
+  for (int fd : fds_) polled.push_back(pollfd{fd, POLLIN, 0});
+  polled.push_back(pollfd{wake_fd_, POLLIN, 0});
+  while (!stopping_.load()) {
+    for (pollfd& p : polled) p.revents = 0;
+    if (poll(polled.data(), polled.size(), 1000) < 0 && errno != EINTR) {
+      absl::SleepFor(kBackoff);
+      continue;
+    }
+    if (polled.back().revents != 0) return;  // Stop()
+    for (size_t i = 0; i + 1 < polled.size(); ++i) {
+      if (polled[i].revents == 0) continue;
+      if (!AcceptReady(polled[i].fd)) return;
+    }
+  }
+}
+
+bool Listener::AcceptReady(int fd) {
+  for (;;) {
+    const int conn = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (conn < 0) {
+      const int err = errno;
+      switch (err) {
+        case EAGAIN:
+          return true;
+        // accept(2): Linux passes the new connection's pending network
+        // errors up; they concern that connection only.
+        case EINTR:
+        case ECONNABORTED:
+        case EPROTO:
+        case EPERM:
+        case ENETDOWN:
+        case ENOPROTOOPT:
+        case EHOSTDOWN:
+        case ENONET:
+        case EHOSTUNREACH:
+        case ENETUNREACH:
+        case ETIMEDOUT:
+          continue;
+        case EMFILE:
+        case ENFILE: {
+          {
+            absl::MutexLock lock(&mu_);
+            ++accept_errors_total_;
+          }
+          // Tell the waiting client now rather than leave it in the backlog.
+          if (spare_fd_ >= 0) {
+            close(spare_fd_);
+            const int waiting = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (waiting >= 0) close(waiting);
+            spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+          }
+          LogThrottled(absl::StrCat("accept4: ", ErrnoText(err),
+                                    "; closing new connections until descriptors are free again"));
+          poll(nullptr, 0, static_cast<int>(absl::ToInt64Milliseconds(kBackoff)));
+          return true;
+        }
+        case ENOBUFS:
+        case ENOMEM: {
+          {
+            absl::MutexLock lock(&mu_);
+            ++accept_errors_total_;
+          }
+          LogThrottled(absl::StrCat("accept4: ", ErrnoText(err), "; backing off"));
+          poll(nullptr, 0, static_cast<int>(absl::ToInt64Milliseconds(kBackoff)));
+          return true;
+        }
+        default:
+          if (stopping_.load()) return false;
+          if (on_failure_) {
+            on_failure_(absl::UnavailableError(
+                absl::StrCat("the listening socket on port ", port_, " failed: accept4: ", ErrnoText(err))));
+          }
+          return false;
+      }
+    }
+
+    bool refuse = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (static_cast<int>(open_.size()) >= max_connections_) RefreshOpenLocked(/*force=*/false);
+      if (static_cast<int>(open_.size()) >= max_connections_) {
+        refuse = true;
+        ++refused_total_;
+      } else {
+        struct stat st{};
+        fstat(conn, &st);
+        open_[conn] = {st.st_dev, st.st_ino};
+        ++accepted_total_;
+      }
+    }
+    if (refuse) {
+      close(conn);
+      LogThrottled(absl::StrCat(max_connections_, " connections are open (--max_connections); closing new ones"));
+      continue;
+    }
+    const int one = 1;
+    setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
+    params.listener_fd = fd;
+    params.fd = conn;
+    acceptor_->HandleNewConnection(&params);  // owns `conn` from here
+  }
+}
+
+void Listener::RefreshOpenLocked(bool force) {
+  const absl::Time now = absl::Now();
+  if (!force && now - last_refresh_ < kLimitRefresh) return;
+  last_refresh_ = now;
+  for (auto it = open_.begin(); it != open_.end();) {
+    struct stat st{};
+    // Closed by gRPC, or the number now names another file.
+    if (fstat(it->first, &st) != 0 || std::make_pair(st.st_dev, st.st_ino) != it->second) {
+      open_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+ListenerStats Listener::Stats() {
+  absl::MutexLock lock(&mu_);
+  if (absl::Now() - last_refresh_ >= kStatsRefresh) RefreshOpenLocked(/*force=*/true);
+  ListenerStats stats;
+  stats.open_connections = static_cast<int64_t>(open_.size());
+  stats.accepted_total = accepted_total_;
+  stats.refused_total = refused_total_;
+  stats.accept_errors_total = accept_errors_total_;
+  return stats;
+}
+
+void Listener::LogThrottled(const std::string& message) {
+  const absl::Time now = absl::Now();
+  if (now - last_log_ < kLogInterval) return;
+  last_log_ = now;
+  std::cerr << "decoded: " << message << " (logged at most every " << absl::FormatDuration(kLogInterval) << ")\n";
+}
+
+}  // namespace decoded::server

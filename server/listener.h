@@ -1,0 +1,129 @@
+// The daemon's listening socket: accepted here, served by gRPC.
+//
+// gRPC 1.51 (Debian 12) owns nothing here. Its own acceptor stops for good
+// after one failed accept4 (EMFILE: out of file descriptors; the log says
+// "Failed accept4: Too many open files" and no connection is accepted again),
+// and it has no connection limit. So the daemon binds the address itself,
+// accepts on one thread of its own, and hands each connection to gRPC through
+// ServerBuilder's external connection acceptor, which runs the same HTTP/2
+// (and TLS) handshake as a port gRPC listens on.
+//
+// What the accept thread guarantees:
+//   - At most `max_connections` accepted connections are open at a time; one
+//     more is closed at once (the client sees the connection reset or closed
+//     and retries with backoff) and counted in Stats().refused_total.
+//   - Out of file descriptors (EMFILE/ENFILE) the listener keeps going: it
+//     gives up a spare descriptor it holds for the purpose, accepts and
+//     closes the waiting connection (so the client is told at once instead of
+//     hanging in the backlog), takes the spare again and backs off for 50 ms.
+//     Other transient errors (ENOBUFS, ENOMEM, ...) back off the same way.
+//   - A listening socket that can no longer accept (it was shut down or
+//     closed, EBADF/EINVAL/ENOTSOCK) is reported once to `on_failure`; the
+//     accept thread then stops.
+//
+// Open connections are counted by the socket inodes this listener accepted
+// that are still open in the process (gRPC closes a connection's descriptor
+// when it ends and tells no one), checked with fstat at most every 50 ms when
+// the limit is reached and once a second for Stats().
+//
+// Thread-safety: Bind/Start/Stop from one thread; Stats and port from any.
+#ifndef DECODED_SERVER_LISTENER_H_
+#define DECODED_SERVER_LISTENER_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/server_builder.h"
+
+namespace decoded::server {
+
+struct ListenerOptions {
+  // "host:port", "[v6 address]:port" or ":port" (every address); port 0
+  // picks a free port. A host name binds every address it resolves to.
+  std::string address = "127.0.0.1:50051";
+  int max_connections = 1024;  // >= 1
+  int backlog = 1024;          // listen(2) backlog
+};
+
+struct ListenerStats {
+  int64_t open_connections = 0;  // accepted and not yet closed by gRPC
+  int64_t accepted_total = 0;    // handed to gRPC
+  int64_t refused_total = 0;     // closed at once: max_connections were open
+  int64_t accept_errors_total = 0;  // failed accept4 calls (out of descriptors, ...)
+};
+
+class Listener {
+ public:
+  // Binds and listens (SO_REUSEADDR, never SO_REUSEPORT: a second daemon on
+  // the same port must fail). UNAVAILABLE when the address is in use or
+  // cannot be bound, INVALID_ARGUMENT when it does not parse or resolve.
+  static absl::StatusOr<std::unique_ptr<Listener>> Bind(const ListenerOptions& options);
+  ~Listener();  // Stop()
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  // The bound port (the one picked for port 0).
+  int port() const { return port_; }
+  // An address that reaches this listener from the same host ("127.0.0.1"
+  // for the IPv4 wildcard, "::1" for the IPv6 one, else the bound host).
+  const std::string& local_host() const { return local_host_; }
+
+  // Starts the accept thread: each connection goes to `acceptor` (owned by
+  // the gRPC server, which must outlive Stop). `on_failure` is called once,
+  // on the accept thread, if the listening socket stops accepting for good.
+  void Start(grpc::experimental::ExternalConnectionAcceptor* acceptor,
+             std::function<void(const absl::Status&)> on_failure);
+  // Stops accepting and closes the listening sockets; returns once the accept
+  // thread is gone. Connections already handed to gRPC stay open. Idempotent.
+  void Stop();
+
+  ListenerStats Stats() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Listener() = default;
+  void AcceptLoop();
+  // Accepts what is waiting on `fd`; false when the socket failed for good.
+  bool AcceptReady(int fd);
+  // Forgets tracked connections gRPC has closed. `force`: even if the last
+  // refresh was less than 50 ms ago.
+  void RefreshOpenLocked(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogThrottled(const std::string& message);
+
+  std::vector<int> fds_;  // listening sockets
+  int wake_fd_ = -1;      // eventfd: Stop() wakes the accept thread
+  int spare_fd_ = -1;     // given up when out of descriptors (see the file comment)
+  int port_ = 0;
+  std::string local_host_;
+  int max_connections_ = 0;
+  grpc::experimental::ExternalConnectionAcceptor* acceptor_ = nullptr;
+  std::function<void(const absl::Status&)> on_failure_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+
+  absl::Mutex mu_;
+  // Accepted descriptor -> its socket's (device, inode), while open.
+  absl::flat_hash_map<int, std::pair<dev_t, ino_t>> open_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t accepted_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t refused_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t accept_errors_total_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_log_ = absl::InfinitePast();  // accept thread only
+};
+
+}  // namespace decoded::server
+
+#endif  // DECODED_SERVER_LISTENER_H_

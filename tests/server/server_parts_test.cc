@@ -1,0 +1,351 @@
+// The server's hardening parts on their own, without an engine: the
+// listener (connection limit, out of file descriptors), its probe, the
+// request pool, per-peer session slots, the stream registry's bound, and the
+// bearer-token comparison.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <dirent.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "server/bearer_token.h"
+#include "server/listener.h"
+#include "server/listener_probe.h"
+#include "server/peer_sessions.h"
+#include "server/request_pool.h"
+#include "server/stream_registry.h"
+
+namespace decoded::server {
+namespace {
+
+// Holds every connection it is handed, as gRPC would while it serves them.
+class HoldingAcceptor final : public grpc::experimental::ExternalConnectionAcceptor {
+ public:
+  ~HoldingAcceptor() override { CloseAll(); }
+  void HandleNewConnection(NewConnectionParameters* p) override {
+    absl::MutexLock lock(&mu_);
+    fds_.push_back(p->fd);
+  }
+  int held() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(fds_.size());
+  }
+  void CloseAll() {
+    absl::MutexLock lock(&mu_);
+    for (int fd : fds_) close(fd);
+    fds_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> fds_;
+};
+
+int UnconnectedSocket() { return socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); }
+
+bool Connect(int fd, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+// True when the server closed or reset the connection within `timeout`.
+bool ClosedByServer(int fd, absl::Duration timeout) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) <= 0) return false;
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+int OpenDescriptors() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  while (readdir(dir) != nullptr) ++n;
+  closedir(dir);
+  return n - 3;  // ".", ".." and the directory's own descriptor
+}
+
+template <typename Predicate>
+bool WaitFor(Predicate done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+TEST(ListenerTest, ConnectionsBeyondTheLimitAreClosedAtOnceAndCountedAndTheSlotComesBack) {
+  ListenerOptions options;
+  options.address = "127.0.0.1:0";
+  options.max_connections = 3;
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(options);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  HoldingAcceptor acceptor;
+  (*listener)->Start(&acceptor, nullptr);
+  std::vector<int> clients;
+  for (int i = 0; i < 5; ++i) {
+    clients.push_back(UnconnectedSocket());
+    ASSERT_TRUE(Connect(clients.back(), (*listener)->port()));
+    if (i < 3) {
+      ASSERT_TRUE(WaitFor([&] { return acceptor.held() == i + 1; }, absl::Seconds(5)));
+    }
+  }
+  EXPECT_TRUE(ClosedByServer(clients[3], absl::Seconds(5)));
+  EXPECT_TRUE(ClosedByServer(clients[4], absl::Seconds(5)));
+  EXPECT_FALSE(ClosedByServer(clients[0], absl::Milliseconds(100)));
+  ListenerStats stats = (*listener)->Stats();
+  EXPECT_EQ(stats.open_connections, 3);
+  EXPECT_EQ(stats.accepted_total, 3);
+  EXPECT_EQ(stats.refused_total, 2);
+  // gRPC closing its connections frees their slots.
+  acceptor.CloseAll();
+  const int late = UnconnectedSocket();
+  ASSERT_TRUE(Connect(late, (*listener)->port()));
+  EXPECT_TRUE(WaitFor([&] { return acceptor.held() == 1; }, absl::Seconds(5)));
+  for (int fd : clients) close(fd);
+  close(late);
+}
+
+// Debian's gRPC 1.51 stops accepting for good after one EMFILE. This
+// listener closes the connections it cannot take (the client is told at
+// once instead of hanging) and accepts again once descriptors are free.
+TEST(ListenerTest, OutOfFileDescriptorsClosesNewConnectionsAndAcceptsAgainAfterwards) {
+  ListenerOptions options;
+  options.address = "127.0.0.1:0";
+  options.max_connections = 1000;
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(options);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  HoldingAcceptor acceptor;
+  (*listener)->Start(&acceptor, nullptr);
+  // Client sockets first: their descriptors exist before the limit drops.
+  constexpr int kClients = 40;
+  std::vector<int> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(UnconnectedSocket());
+  const int late = UnconnectedSocket();
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(OpenDescriptors() + 10);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (int fd : clients) ASSERT_TRUE(Connect(fd, (*listener)->port()));
+  // About ten are accepted; every other one is closed, none left hanging.
+  std::vector<bool> is_closed(kClients, false);
+  int closed = 0;
+  WaitFor(
+      [&] {
+        for (int i = 0; i < kClients; ++i) {
+          if (!is_closed[i] && ClosedByServer(clients[i], absl::ZeroDuration())) {
+            is_closed[i] = true;
+            ++closed;
+          }
+        }
+        return closed + acceptor.held() == kClients;
+      },
+      absl::Seconds(15));
+  const int held = acceptor.held();
+  EXPECT_GT(held, 0);
+  EXPECT_LT(held, kClients);
+  EXPECT_EQ(closed + held, kClients);
+  EXPECT_GT((*listener)->Stats().accept_errors_total, 0);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  acceptor.CloseAll();
+  ASSERT_TRUE(Connect(late, (*listener)->port()));
+  EXPECT_TRUE(WaitFor([&] { return acceptor.held() == 1; }, absl::Seconds(5))) << "the listener stopped accepting";
+  for (int fd : clients) close(fd);
+  close(late);
+}
+
+TEST(ListenerTest, ASecondListenerOnTheSamePortFails) {
+  ListenerOptions options;
+  options.address = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<Listener>> first = Listener::Bind(options);
+  ASSERT_TRUE(first.ok());
+  options.address = "127.0.0.1:" + std::to_string((*first)->port());
+  absl::StatusOr<std::unique_ptr<Listener>> second = Listener::Bind(options);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_EQ(Listener::Bind({"nonsense", 1, 16}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Listener::Bind({"127.0.0.1:99999", 1, 16}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ListenerTest, AFailedListeningSocketIsReportedOnce) {
+  ListenerOptions options;
+  options.address = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(options);
+  ASSERT_TRUE(listener.ok());
+  HoldingAcceptor acceptor;
+  std::atomic<int> failures{0};
+  std::string why;
+  (*listener)->Start(&acceptor, [&](const absl::Status& s) {
+    why = std::string(s.message());
+    ++failures;
+  });
+  // What an operator's `ss -K` or a stray shutdown does: the socket stops
+  // listening. Found by its port among this process's descriptors.
+  for (int fd = 3; fd < 1024; ++fd) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    int listening = 0;
+    socklen_t ilen = sizeof(listening);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.sin_family != AF_INET) continue;
+    if (ntohs(addr.sin_port) != (*listener)->port()) continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ilen) != 0 || !listening) continue;
+    shutdown(fd, SHUT_RDWR);
+  }
+  EXPECT_TRUE(WaitFor([&] { return failures.load() == 1; }, absl::Seconds(5)));
+  EXPECT_TRUE(absl::StrContains(why, "accept4")) << why;
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(failures.load(), 1);
+}
+
+TEST(ListenerProbeTest, TellsAcceptingFromNotAccepting) {
+  // A socket that listens but never accepts: the kernel completes the
+  // handshake into the backlog, and nothing more happens.
+  const int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(silent, 16), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int silent_port = ntohs(addr.sin_port);
+  absl::Status s = ProbeListener("127.0.0.1", silent_port, absl::Milliseconds(300));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(s.message(), "did not accept")) << s;
+
+  // Accepted and closed at once (a server at its connection limit): accepted.
+  ListenerOptions options;
+  options.address = "127.0.0.1:0";
+  options.max_connections = 1;
+  absl::StatusOr<std::unique_ptr<Listener>> full = Listener::Bind(options);
+  ASSERT_TRUE(full.ok());
+  HoldingAcceptor acceptor;
+  (*full)->Start(&acceptor, nullptr);
+  const int holder = UnconnectedSocket();
+  ASSERT_TRUE(Connect(holder, (*full)->port()));
+  ASSERT_TRUE(WaitFor([&] { return acceptor.held() == 1; }, absl::Seconds(5)));
+  EXPECT_TRUE(ProbeListener("127.0.0.1", (*full)->port(), absl::Seconds(2)).ok());
+
+  // Nothing listens: refused.
+  const int port = silent_port;
+  close(silent);
+  s = ProbeListener("127.0.0.1", port, absl::Milliseconds(300));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ProbeListener("localhost", port, absl::Milliseconds(300)).code(), absl::StatusCode::kInvalidArgument);
+  close(holder);
+}
+
+TEST(PeerSessionsTest, CountsSessionsPerAddressWithoutThePort) {
+  EXPECT_EQ(PeerSessions::PeerAddress("ipv4:10.0.0.7:51234"), "ipv4:10.0.0.7");
+  EXPECT_EQ(PeerSessions::PeerAddress("ipv6:[::1]:40000"), "ipv6:[::1]");
+  EXPECT_EQ(PeerSessions::PeerAddress("unix:/run/x.sock"), "unix:/run/x.sock");
+  PeerSessions peers(2);
+  absl::StatusOr<PeerSessions::Slot> a = peers.Acquire("ipv4:10.0.0.7:1");
+  absl::StatusOr<PeerSessions::Slot> b = peers.Acquire("ipv4:10.0.0.7:2");
+  ASSERT_TRUE(a.ok() && b.ok());
+  absl::StatusOr<PeerSessions::Slot> c = peers.Acquire("ipv4:10.0.0.7:3");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "--max_sessions_per_peer")) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "ipv4:10.0.0.7")) << c.status();
+  EXPECT_TRUE(peers.Acquire("ipv4:10.0.0.8:1").ok());  // another client
+  { PeerSessions::Slot released = *std::move(a); }
+  EXPECT_EQ(peers.Count("ipv4:10.0.0.7:9"), 1);
+  EXPECT_TRUE(peers.Acquire("ipv4:10.0.0.7:4").ok());
+  PeerSessions unlimited(0);
+  std::vector<PeerSessions::Slot> many;
+  for (int i = 0; i < 100; ++i) many.push_back(*unlimited.Acquire("ipv4:1.2.3.4:5"));
+  EXPECT_EQ(unlimited.Count("ipv4:1.2.3.4:6"), 100);
+}
+
+TEST(RequestPoolTest, RunsInOrderRefusesBeyondItsQueueAndRunsWhatIsQueuedWhenDestroyed) {
+  std::vector<int> ran;
+  absl::Mutex mu;
+  absl::Notification release;
+  {
+    RequestPool pool(RequestPoolOptions{"utility", "--utility_queue", 1, 3, /*nice=*/10});
+    int niceness = -100;
+    ASSERT_TRUE(pool.Submit([&] {
+                      niceness = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+                      release.WaitForNotification();
+                    }).ok());
+    ASSERT_TRUE(WaitFor([&] { return pool.running() == 1; }, absl::Seconds(5)));
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(pool.Submit([&, i] {
+                        absl::MutexLock lock(&mu);
+                        ran.push_back(i);
+                      }).ok());
+    }
+    absl::Status full = pool.Submit([] {});
+    EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE(absl::StrContains(full.message(), "utility queue is full")) << full;
+    EXPECT_TRUE(absl::StrContains(full.message(), "--utility_queue")) << full;
+    EXPECT_EQ(pool.queued(), 3);
+    release.Notify();
+    // The destructor runs what is queued.
+    WaitFor([&] { return pool.running() == 0; }, absl::Seconds(5));
+    EXPECT_GE(niceness, 10);
+  }
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2}));
+}
+
+class CountingStream final : public OpenStream {
+ public:
+  void Ref() override { ++refs; }
+  void Unref() override { --refs; }
+  void StartDrain() override { ++drains; }
+  void ExpireIfIdle(std::chrono::steady_clock::time_point, std::chrono::nanoseconds) override { ++expiries; }
+  int refs = 0, drains = 0, expiries = 0;
+};
+
+TEST(StreamRegistryTest, BoundsOpenStreamsAndReachesEachOne) {
+  StreamRegistry registry(2);
+  CountingStream a, b, c;
+  EXPECT_TRUE(registry.Add(&a).ok());
+  EXPECT_TRUE(registry.Add(&b).ok());
+  absl::Status over = registry.Add(&c);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(over.message(), "--max_streams")) << over;
+  registry.ExpireIdle(std::chrono::seconds(1));
+  EXPECT_EQ(a.expiries + b.expiries + c.expiries, 2);
+  registry.Remove(&a);
+  registry.StartDrain();
+  EXPECT_EQ(b.drains, 1);
+  EXPECT_EQ(registry.Add(&c).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(a.refs + b.refs + c.refs, 0);
+}
+
+TEST(BearerTokenTest, MatchesTheSchemeInAnyCaseAndTheTokenExactly) {
+  EXPECT_TRUE(BearerTokenMatches("Bearer s3cret", "s3cret"));
+  EXPECT_TRUE(BearerTokenMatches("bEaReR s3cret", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("Bearer s3creT", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("Bearer s3cre", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("Bearer s3crett", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("Basic s3cret", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("Bearers3cret", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("", "s3cret"));
+  EXPECT_FALSE(BearerTokenMatches("Bearer ", ""));
+  // A token that repeats does not match a header holding part of it twice.
+  EXPECT_FALSE(BearerTokenMatches("Bearer abab", "ab"));
+}
+
+}  // namespace
+}  // namespace decoded::server
