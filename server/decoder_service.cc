@@ -13,10 +13,11 @@
 namespace decoded::server {
 
 DecoderService::DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool,
-                               const DecoderServiceOptions& options)
+                               ResetGuard* resets, const DecoderServiceOptions& options)
     : metrics_(metrics),
       turn_pool_(turn_pool),
       utility_pool_(utility_pool),
+      resets_(resets),
       auth_token_(options.auth_token),
       max_metadata_bytes_(options.max_metadata_bytes),
       streams_(options.max_streams),
@@ -63,6 +64,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DecoderService::Gen
   services.registry = &streams_;
   services.turn_pool = turn_pool_;
   services.peers = &peers_;
+  services.resets = resets_;
   return new GenerateReactor(context, services, refuse);
 }
 

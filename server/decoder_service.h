@@ -27,6 +27,7 @@
 #include "server/metrics.h"
 #include "server/peer_sessions.h"
 #include "server/request_pool.h"
+#include "server/reset_guard.h"
 #include "server/stream_registry.h"
 
 namespace decoded::server {
@@ -53,7 +54,8 @@ struct DecoderServiceOptions {
 class DecoderService final : public DecoderServiceBase {
  public:
   // The pools must outlive the gRPC server (their tasks finish its calls).
-  DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool,
+  // `resets` may be null (no limit on the rate of client resets).
+  DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool, ResetGuard* resets,
                  const DecoderServiceOptions& options);
 
   // `engine` must outlive every RPC (the server shuts down before it goes).
@@ -87,6 +89,7 @@ class DecoderService final : public DecoderServiceBase {
   ServerMetrics* const metrics_;
   RequestPool* const turn_pool_;
   RequestPool* const utility_pool_;
+  ResetGuard* const resets_;
   const std::string auth_token_;
   const int64_t max_metadata_bytes_;
   std::atomic<serving::Engine*> engine_{nullptr};

@@ -373,9 +373,13 @@ void GenerateReactor::ExpireIfIdle(Clock::time_point now, std::chrono::nanosecon
 }
 
 void GenerateReactor::OnCancel() {
+  if (registered_) services_.registry->StopCounting(this);
   std::optional<grpc::Status> finish;
+  bool reset_by_client;
   {
     absl::MutexLock lock(&mu_);
+    // Not the server's own doing (an idle stream it cancelled, a drain).
+    reset_by_client = !expired_ && !services_.registry->cancelling_all();
     cancelled_ = true;
     RequestFinishLocked(grpc::Status::CANCELLED);
     finish = TakeFinishLocked();
@@ -384,6 +388,7 @@ void GenerateReactor::OnCancel() {
   // turn must stop after its current step. Never blocks this gRPC thread.
   CloseSession();
   FinishOutsideLock(finish);
+  if (reset_by_client && registered_ && services_.resets != nullptr) services_.resets->StreamReset(peer_);
 }
 
 void GenerateReactor::OnDone() {
@@ -432,6 +437,14 @@ void GenerateReactor::CloseSession() {
   services_.engine->CloseSession(*id, [this] { Unref(); });
 }
 
+bool GenerateReactor::TryRef() {
+  int refs = refs_.load();
+  while (refs > 0) {
+    if (refs_.compare_exchange_weak(refs, refs + 1)) return true;
+  }
+  return false;
+}
+
 void GenerateReactor::Unref() {
   if (refs_.fetch_sub(1) == 1) delete this;
 }
@@ -477,7 +490,9 @@ std::optional<grpc::Status> GenerateReactor::TakeFinishLocked() {
 }
 
 void GenerateReactor::FinishOutsideLock(std::optional<grpc::Status> status) {
-  if (status) Finish(*status);
+  if (!status) return;
+  if (registered_) services_.registry->StopCounting(this);
+  Finish(*status);
 }
 
 }  // namespace decoded::server

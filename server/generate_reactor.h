@@ -69,6 +69,7 @@
 #include "server/metrics.h"
 #include "server/peer_sessions.h"
 #include "server/request_pool.h"
+#include "server/reset_guard.h"
 #include "server/stream_registry.h"
 
 namespace decoded::server {
@@ -80,6 +81,7 @@ struct StreamServices {
   StreamRegistry* registry = nullptr;
   RequestPool* turn_pool = nullptr;  // opens sessions, tokenizes and submits turns
   PeerSessions* peers = nullptr;     // --max_sessions_per_peer
+  ResetGuard* resets = nullptr;      // streams the client resets; may be null
 };
 
 // Reads and writes are raw: requests are parsed by ParseRequest, responses
@@ -103,7 +105,7 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   void OnTurnEnd(const serving::TurnEnd& end) override;
 
   // OpenStream.
-  void Ref() override { refs_.fetch_add(1); }
+  bool TryRef() override;
   void Unref() override;
   void StartDrain() override;
   void ExpireIfIdle(std::chrono::steady_clock::time_point now, std::chrono::nanoseconds timeout) override;
@@ -114,6 +116,8 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   // Unregisters from the registry: a stream counts as open until gRPC, the
   // engine and the turn pool are all done with it.
   ~GenerateReactor() override;
+  // Another reference, taken while one is held.
+  void Ref() { refs_.fetch_add(1); }
 
   void HandleRequest();
   // On the turn pool: opens the session at the first turn, converts and

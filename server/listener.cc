@@ -319,6 +319,28 @@ ListenerStats Listener::Stats() {
   return stats;
 }
 
+bool Listener::CloseConnection(const std::string& grpc_peer) {
+  absl::MutexLock lock(&mu_);
+  RefreshOpenLocked(/*force=*/true);
+  for (const auto& [fd, identity] : open_) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    char host[NI_MAXHOST] = {0};
+    char serv[NI_MAXSERV] = {0};
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+      continue;
+    }
+    const std::string peer = addr.ss_family == AF_INET6 ? absl::StrCat("ipv6:[", host, "]:", serv)
+                                                         : absl::StrCat("ipv4:", host, ":", serv);
+    if (peer != grpc_peer) continue;
+    shutdown(fd, SHUT_RDWR);
+    return true;
+  }
+  return false;
+}
+
 void Listener::LogThrottled(const std::string& message) {
   const absl::Time now = absl::Now();
   if (now - last_log_ < kLogInterval) return;

@@ -93,6 +93,12 @@ class Listener {
 
   ListenerStats Stats() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Closes the accepted connection whose peer is `grpc_peer` (gRPC's
+  // spelling, "ipv4:10.0.0.7:51234" or "ipv6:[::1]:40000"): shutdown(2) of its
+  // socket, so gRPC sees it end and tears it down with all its streams. False
+  // when no open connection of this listener has that peer.
+  bool CloseConnection(const std::string& grpc_peer) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   Listener() = default;
   void AcceptLoop();

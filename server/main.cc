@@ -143,6 +143,9 @@ ABSL_FLAG(int, max_connections, 0,
           "(raised to its hard limit at start) leaves less");
 ABSL_FLAG(int, max_streams_per_connection, 100, "concurrent streams per connection (HTTP/2 MAX_CONCURRENT_STREAMS)");
 ABSL_FLAG(int, max_streams, 1024, "Generate streams open at once, with or without a session; beyond: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_stream_resets_per_second, 500,
+          "a connection whose client resets streams faster than this (twice as many at once) is closed (HTTP/2 "
+          "Rapid Reset); 0: no limit");
 ABSL_FLAG(int, idle_session_seconds, 300,
           "a Generate stream with no turn for this long ends (DEADLINE_EXCEEDED) and frees its session, as does "
           "a turn whose client takes none of its events for this long; 0: never");
@@ -222,11 +225,13 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_max_connections) < 0 || absl::GetFlag(FLAGS_max_streams_per_connection) < 1 ||
       absl::GetFlag(FLAGS_max_streams) < 1 || absl::GetFlag(FLAGS_max_sessions_per_peer) < 0 ||
+      absl::GetFlag(FLAGS_max_stream_resets_per_second) < 0 ||
       absl::GetFlag(FLAGS_idle_session_seconds) < 0 || absl::GetFlag(FLAGS_listener_probe_seconds) < 0 ||
       absl::GetFlag(FLAGS_turn_queue) < 1 || absl::GetFlag(FLAGS_utility_queue) < 1 ||
       absl::GetFlag(FLAGS_max_metadata_bytes) < 1) {
     return bad_flags(
-        "--max_connections, --max_sessions_per_peer, --idle_session_seconds and --listener_probe_seconds must be "
+        "--max_connections, --max_sessions_per_peer, --max_stream_resets_per_second, --idle_session_seconds and "
+        "--listener_probe_seconds must be "
         ">= 0; --max_streams_per_connection, --max_streams, --turn_queue, --utility_queue and "
         "--max_metadata_bytes >= 1");
   }
@@ -299,6 +304,7 @@ int main(int argc, char** argv) {
   server_options.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
   server_options.max_streams = absl::GetFlag(FLAGS_max_streams);
   server_options.max_sessions_per_peer = absl::GetFlag(FLAGS_max_sessions_per_peer);
+  server_options.max_stream_resets_per_second = absl::GetFlag(FLAGS_max_stream_resets_per_second);
   server_options.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
   const int idle = absl::GetFlag(FLAGS_idle_session_seconds);
   server_options.idle_session_timeout = idle == 0 ? absl::InfiniteDuration() : absl::Seconds(idle);

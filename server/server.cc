@@ -67,8 +67,15 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   service_options.max_streams = options.max_streams;
   service_options.max_sessions_per_peer = options.max_sessions_per_peer;
   service_options.max_metadata_bytes = options.max_metadata_bytes;
+  if (options.max_stream_resets_per_second > 0) {
+    Listener* listener = server->listener_.get();
+    server->resets_ = std::make_unique<ResetGuard>(
+        options.max_stream_resets_per_second, 2 * options.max_stream_resets_per_second,
+        [listener](const std::string& peer) { return listener->CloseConnection(peer); });
+  }
   server->service_ = std::make_unique<DecoderService>(server->metrics_.get(), server->turn_pool_.get(),
-                                                      server->utility_pool_.get(), service_options);
+                                                      server->utility_pool_.get(), server->resets_.get(),
+                                                      service_options);
   server->health_ = std::make_unique<HealthService>(std::vector<std::string>{v1::Decoder::service_full_name()});
   const std::vector<std::string> services = {
       v1::Decoder::service_full_name(), grpc::health::v1::Health::service_full_name(),
@@ -149,6 +156,7 @@ void DecodedServer::Watchdog() {
   const auto idle = absl::ToChronoNanoseconds(options_.idle_session_timeout);
   while (!stop_threads_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
     if (options_.idle_session_timeout != absl::InfiniteDuration()) service_->streams().ExpireIdle(idle);
+    if (resets_ != nullptr) resets_->Prune();
     if (engine_ == nullptr || drained_.load()) continue;
     const double age = engine_->Stats().longest_running_step_seconds;
     const bool now_stuck = age > absl::ToDoubleSeconds(options_.stuck_step_threshold);
@@ -207,6 +215,7 @@ ServerState DecodedServer::State() {
   s.streams_open = service_->streams().size();
   s.turn_queue = turn_pool_->queued();
   s.utility_queue = utility_pool_->queued();
+  s.connections_closed_for_resets_total = resets_ == nullptr ? 0 : resets_->connections_closed();
   return s;
 }
 

@@ -52,6 +52,7 @@
 #include "server/metrics.h"
 #include "server/reflection_service.h"
 #include "server/request_pool.h"
+#include "server/reset_guard.h"
 
 namespace decoded::server {
 
@@ -77,6 +78,9 @@ struct ServerOptions {
   // A connection that has not finished its handshake (TLS, HTTP/2 preface
   // and SETTINGS) by then is closed.
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // A connection whose client resets streams faster than this (per second,
+  // with twice as many at once) is closed (server/reset_guard.h). 0: no limit.
+  double max_stream_resets_per_second = 500;
   // Request metadata beyond this is refused on its own stream
   // (RESOURCE_EXHAUSTED); see docs/deploy.md for what gRPC 1.51 does beyond
   // kMaxMetadataTransportBytes.
@@ -101,7 +105,7 @@ struct ServerOptions {
 inline constexpr int kListenerProbeFailures = 3;
 // What the HTTP/2 transport itself accepts as one request's metadata (its
 // HPACK soft limit); the daemon refuses beyond max_metadata_bytes itself.
-inline constexpr int kMaxMetadataTransportBytes = 64 * 1024;
+inline constexpr int kMaxMetadataTransportBytes = 1 << 20;
 
 class DecodedServer {
  public:
@@ -145,6 +149,7 @@ class DecodedServer {
   // its calls.
   std::unique_ptr<RequestPool> turn_pool_;
   std::unique_ptr<RequestPool> utility_pool_;
+  std::unique_ptr<ResetGuard> resets_;  // null without a limit
   std::unique_ptr<DecoderService> service_;
   std::unique_ptr<HealthService> health_;    // outlives server_ (declared before it)
   std::unique_ptr<ReflectionV1Service> reflection_v1_;

@@ -9,17 +9,24 @@ namespace decoded::server {
 absl::Status StreamRegistry::Add(OpenStream* stream) {
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the server is draining");
-  if (static_cast<int>(streams_.size()) >= max_streams_) {
+  if (static_cast<int>(counted_.size()) >= max_streams_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the server holds its maximum of ", max_streams_, " open Generate streams (--max_streams)"));
   }
   streams_.insert(stream);
+  counted_.insert(stream);
   return absl::OkStatus();
+}
+
+void StreamRegistry::StopCounting(OpenStream* stream) {
+  absl::MutexLock lock(&mu_);
+  counted_.erase(stream);
 }
 
 void StreamRegistry::Remove(OpenStream* stream) {
   absl::MutexLock lock(&mu_);
   streams_.erase(stream);
+  counted_.erase(stream);
 }
 
 std::vector<OpenStream*> StreamRegistry::RefAll() {
@@ -27,8 +34,7 @@ std::vector<OpenStream*> StreamRegistry::RefAll() {
   absl::MutexLock lock(&mu_);
   streams.reserve(streams_.size());
   for (OpenStream* s : streams_) {
-    s->Ref();
-    streams.push_back(s);
+    if (s->TryRef()) streams.push_back(s);
   }
   return streams;
 }

@@ -4,8 +4,10 @@
 // A stream registers when its reactor starts and unregisters when it is
 // deleted (gRPC and the engine are both done with it).
 // StartDrain and ExpireIdle take a reference on each stream under the
-// registry lock and call it without the lock, so a stream may finish (and
-// unregister) inside the call while it stays alive until the call returns.
+// registry lock (skipping one whose last reference is gone and which is
+// about to unregister) and call it without the lock, so a stream may finish
+// (and unregister) inside the call while it stays alive until the call
+// returns.
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef DECODED_SERVER_STREAM_REGISTRY_H_
@@ -27,8 +29,10 @@ namespace decoded::server {
 class OpenStream {
  public:
   virtual ~OpenStream() = default;
-  // Keeps the stream alive between the two calls.
-  virtual void Ref() = 0;
+  // Keeps the stream alive until Unref. False when the stream is already
+  // being destroyed (its last reference went while it was still registered):
+  // it must then be left alone.
+  virtual bool TryRef() = 0;
   virtual void Unref() = 0;
   // The server is draining: refuse new turns; end the stream (UNAVAILABLE)
   // at once when idle, else after its running turn ends. Must not block.
@@ -44,8 +48,13 @@ class StreamRegistry {
   explicit StreamRegistry(int max_streams) : max_streams_(max_streams) {}
 
   // OK, or the status the stream must refuse itself with: UNAVAILABLE once a
-  // drain has started, RESOURCE_EXHAUSTED when max_streams are open.
+  // drain has started, RESOURCE_EXHAUSTED when max_streams count against the
+  // limit.
   absl::Status Add(OpenStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream is ending (cancelled, or its status is on the way): it stops
+  // counting against max_streams at once, so a burst of reset streams whose
+  // reactors gRPC has yet to destroy refuses no newcomer. It stays registered.
+  void StopCounting(OpenStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(OpenStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   // Calls StartDrain on every open stream; later Adds fail.
   void StartDrain() ABSL_LOCKS_EXCLUDED(mu_);
@@ -53,6 +62,7 @@ class StreamRegistry {
   void ExpireIdle(std::chrono::nanoseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // True once no stream is open; false if `deadline` passed first.
   bool WaitUntilEmpty(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // Registered streams, ending ones included.
   int size() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Set just before the server cancels the streams still open after the
@@ -68,6 +78,7 @@ class StreamRegistry {
   const int max_streams_;
   mutable absl::Mutex mu_;
   absl::flat_hash_set<OpenStream*> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<OpenStream*> counted_ ABSL_GUARDED_BY(mu_);  // those not yet ending
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> cancelling_all_{false};
 };

@@ -309,7 +309,10 @@ TEST(RequestPoolTest, RunsInOrderRefusesBeyondItsQueueAndRunsWhatIsQueuedWhenDes
 
 class CountingStream final : public OpenStream {
  public:
-  void Ref() override { ++refs; }
+  bool TryRef() override {
+    ++refs;
+    return true;
+  }
   void Unref() override { --refs; }
   void StartDrain() override { ++drains; }
   void ExpireIfIdle(std::chrono::steady_clock::time_point, std::chrono::nanoseconds) override { ++expiries; }
@@ -326,6 +329,12 @@ TEST(StreamRegistryTest, BoundsOpenStreamsAndReachesEachOne) {
   EXPECT_TRUE(absl::StrContains(over.message(), "--max_streams")) << over;
   registry.ExpireIdle(std::chrono::seconds(1));
   EXPECT_EQ(a.expiries + b.expiries + c.expiries, 2);
+  // An ending stream stops counting against the limit at once, while it
+  // stays registered (a drain still waits for it).
+  registry.StopCounting(&b);
+  EXPECT_TRUE(registry.Add(&c).ok());
+  EXPECT_EQ(registry.size(), 3);
+  registry.Remove(&c);
   registry.Remove(&a);
   registry.StartDrain();
   EXPECT_EQ(b.drains, 1);
