@@ -13,11 +13,13 @@
 namespace decoded::server {
 
 DecoderService::DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool,
-                               ResetGuard* resets, const DecoderServiceOptions& options)
+                               ResetGuard* resets, ConnectionProgress* progress,
+                               const DecoderServiceOptions& options)
     : metrics_(metrics),
       turn_pool_(turn_pool),
       utility_pool_(utility_pool),
       resets_(resets),
+      progress_(progress),
       auth_token_(options.auth_token),
       max_metadata_bytes_(options.max_metadata_bytes),
       streams_(options.max_streams),
@@ -32,6 +34,8 @@ bool DecoderService::Authorized(const grpc::CallbackServerContext& context) cons
 }
 
 serving::Engine* DecoderService::Ready(const grpc::CallbackServerContext& context, absl::Status* refuse) const {
+  // A unary call starts once its request has arrived: progress either way.
+  if (progress_ != nullptr) progress_->NoteProgress(context.peer());
   int64_t metadata_bytes = 0;
   for (const auto& [key, value] : context.client_metadata()) {
     metadata_bytes += static_cast<int64_t>(key.size() + value.size()) + 32;
@@ -65,6 +69,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DecoderService::Gen
   services.turn_pool = turn_pool_;
   services.peers = &peers_;
   services.resets = resets_;
+  services.progress = progress_;
   return new GenerateReactor(context, services, refuse);
 }
 

@@ -24,6 +24,7 @@
 
 #include "engine/serving/engine.h"
 #include "proto/decoded.grpc.pb.h"
+#include "server/connection_progress.h"
 #include "server/metrics.h"
 #include "server/peer_sessions.h"
 #include "server/request_pool.h"
@@ -54,9 +55,10 @@ struct DecoderServiceOptions {
 class DecoderService final : public DecoderServiceBase {
  public:
   // The pools must outlive the gRPC server (their tasks finish its calls).
-  // `resets` may be null (no limit on the rate of client resets).
+  // `resets` may be null (no limit on the rate of client resets), as may
+  // `progress` (no connection progress reported).
   DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool, ResetGuard* resets,
-                 const DecoderServiceOptions& options);
+                 ConnectionProgress* progress, const DecoderServiceOptions& options);
 
   // `engine` must outlive every RPC (the server shuts down before it goes).
   void AttachEngine(serving::Engine* engine) { engine_.store(engine); }
@@ -90,6 +92,7 @@ class DecoderService final : public DecoderServiceBase {
   RequestPool* const turn_pool_;
   RequestPool* const utility_pool_;
   ResetGuard* const resets_;
+  ConnectionProgress* const progress_;
   const std::string auth_token_;
   const int64_t max_metadata_bytes_;
   std::atomic<serving::Engine*> engine_{nullptr};

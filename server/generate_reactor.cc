@@ -20,6 +20,7 @@ const char kShuttingDown[] = "the server is shutting down; continue the conversa
 GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const StreamServices& services,
                                  absl::Status refuse)
     : context_(context), services_(services), peer_(context->peer()) {
+  if (services_.progress != nullptr) services_.progress->NoteProgress(peer_);
   if (services_.engine == nullptr || !refuse.ok()) {
     Refuse(refuse.ok() ? absl::UnavailableError("the model is not loaded") : refuse);
     return;
@@ -65,6 +66,7 @@ void GenerateReactor::OnReadDone(bool ok) {
     absl::MutexLock lock(&mu_);
     last_client_activity_ = Clock::now();
   }
+  if (services_.progress != nullptr) services_.progress->NoteProgress(peer_);
   HandleRequest();
 }
 

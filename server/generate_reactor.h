@@ -66,6 +66,7 @@
 #include "engine/serving/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/decoded.grpc.pb.h"
+#include "server/connection_progress.h"
 #include "server/metrics.h"
 #include "server/peer_sessions.h"
 #include "server/request_pool.h"
@@ -82,6 +83,7 @@ struct StreamServices {
   RequestPool* turn_pool = nullptr;  // opens sessions, tokenizes and submits turns
   PeerSessions* peers = nullptr;     // --max_sessions_per_peer
   ResetGuard* resets = nullptr;      // streams the client resets; may be null
+  ConnectionProgress* progress = nullptr;  // calls started, messages read; may be null
 };
 
 // Reads and writes are raw: requests are parsed by ParseRequest, responses

@@ -79,8 +79,8 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-HealthService::HealthService(std::vector<std::string> services)
-    : services_(std::move(services)), status_(HealthCheckResponse::NOT_SERVING) {}
+HealthService::HealthService(std::vector<std::string> services, std::function<void(const std::string&)> on_call)
+    : services_(std::move(services)), on_call_(std::move(on_call)), status_(HealthCheckResponse::NOT_SERVING) {}
 
 HealthService::~HealthService() = default;
 
@@ -110,6 +110,7 @@ void HealthService::Forget(Watcher* watcher) {
 
 grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
                                                const HealthCheckRequest* request, HealthCheckResponse* response) {
+  if (on_call_) on_call_(context->peer());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Known(request->service())) {
     reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service"));
@@ -123,8 +124,9 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
   return reactor;
 }
 
-grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(grpc::CallbackServerContext* /*context*/,
+grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(grpc::CallbackServerContext* context,
                                                                     const HealthCheckRequest* request) {
+  if (on_call_) on_call_(context->peer());
   auto* watcher = new Watcher(this, Known(request->service()));
   absl::MutexLock lock(&mu_);
   watchers_.insert(watcher);

@@ -16,6 +16,7 @@
 #ifndef DECODED_SERVER_HEALTH_SERVICE_H_
 #define DECODED_SERVER_HEALTH_SERVICE_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,10 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
  public:
   using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 
-  // Starts NOT_SERVING.
-  explicit HealthService(std::vector<std::string> services);
+  // Starts NOT_SERVING. `on_call`, if set, is told the peer of every call
+  // (the listener's connection progress, server/connection_progress.h).
+  explicit HealthService(std::vector<std::string> services,
+                         std::function<void(const std::string& grpc_peer)> on_call = nullptr);
   // The server must have been shut down (no call left) before.
   ~HealthService() override;
 
@@ -54,6 +57,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   void Forget(Watcher* watcher);
 
   const std::vector<std::string> services_;
+  const std::function<void(const std::string&)> on_call_;
   absl::Mutex mu_;
   ServingStatus status_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

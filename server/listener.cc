@@ -2,9 +2,10 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <linux/tcp.h>  // TCP_INFO with tcpi_bytes_received
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -89,6 +90,31 @@ int BoundPort(int fd) {
 }
 
 std::string ErrnoText(int err) { return std::strerror(err); }
+
+// gRPC's spelling of a socket's peer address: "ipv4:10.0.0.7:51234",
+// "ipv6:[::1]:40000"; "" when it cannot be read.
+std::string GrpcPeer(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char host[NI_MAXHOST] = {0};
+  char serv[NI_MAXSERV] = {0};
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "";
+  }
+  return addr.ss_family == AF_INET6 ? absl::StrCat("ipv6:[", host, "]:", serv) : absl::StrCat("ipv4:", host, ":", serv);
+}
+
+// Bytes the kernel has received on a TCP socket so far (0 if unknown).
+uint64_t BytesReceived(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  return info.tcpi_bytes_received;
+}
+
+constexpr absl::Duration kProgressCheck = absl::Milliseconds(250);
 
 }  // namespace
 
@@ -193,11 +219,16 @@ void Listener::AcceptLoop() {
   polled.push_back(pollfd{wake_fd_, POLLIN, 0});
   while (!stopping_.load()) {
     for (pollfd& p : polled) p.revents = 0;
-    if (poll(polled.data(), polled.size(), 1000) < 0 && errno != EINTR) {
+    if (poll(polled.data(), polled.size(), static_cast<int>(absl::ToInt64Milliseconds(kProgressCheck))) < 0 &&
+        errno != EINTR) {
       absl::SleepFor(kBackoff);
       continue;
     }
     if (polled.back().revents != 0) return;  // Stop()
+    {
+      absl::MutexLock lock(&mu_);
+      if (absl::Now() - last_progress_check_ >= kProgressCheck) CheckProgressLocked();
+    }
     for (size_t i = 0; i + 1 < polled.size(); ++i) {
       if (polled[i].revents == 0) continue;
       if (!AcceptReady(polled[i].fd)) return;
@@ -266,18 +297,37 @@ bool Listener::AcceptReady(int fd) {
     }
 
     bool refuse = false;
+    bool probe = false;
     {
       absl::MutexLock lock(&mu_);
-      if (static_cast<int>(open_.size()) >= max_connections_) RefreshOpenLocked(/*force=*/false);
-      if (static_cast<int>(open_.size()) >= max_connections_) {
+      if (!probe_ports_.empty()) {
+        sockaddr_storage peer{};
+        socklen_t len = sizeof(peer);
+        if (getpeername(conn, reinterpret_cast<sockaddr*>(&peer), &len) == 0) {
+          const int port = ntohs(peer.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&peer)->sin_port
+                                                           : reinterpret_cast<sockaddr_in6*>(&peer)->sin6_port);
+          probe = probe_ports_.erase(port) > 0;
+        }
+      }
+      if (!probe && static_cast<int>(open_.size()) >= max_connections_) RefreshOpenLocked(/*force=*/false);
+      if (probe) {
+        // Closed below: the prober sees the accept.
+      } else if (static_cast<int>(open_.size()) >= max_connections_) {
         refuse = true;
         ++refused_total_;
       } else {
         struct stat st{};
         fstat(conn, &st);
-        open_[conn] = {st.st_dev, st.st_ino};
+        Connection c{st.st_dev, st.st_ino, GrpcPeer(conn)};
+        if (auto old = open_.find(conn); old != open_.end()) by_peer_.erase(old->second.peer);
+        by_peer_[c.peer] = conn;
+        open_[conn] = std::move(c);
         ++accepted_total_;
       }
+    }
+    if (probe) {
+      close(conn);
+      continue;
     }
     if (refuse) {
       close(conn);
@@ -300,12 +350,56 @@ void Listener::RefreshOpenLocked(bool force) {
   for (auto it = open_.begin(); it != open_.end();) {
     struct stat st{};
     // Closed by gRPC, or the number now names another file.
-    if (fstat(it->first, &st) != 0 || std::make_pair(st.st_dev, st.st_ino) != it->second) {
+    if (fstat(it->first, &st) != 0 || st.st_dev != it->second.dev || st.st_ino != it->second.ino) {
+      if (auto p = by_peer_.find(it->second.peer); p != by_peer_.end() && p->second == it->first) by_peer_.erase(p);
       open_.erase(it++);
     } else {
       ++it;
     }
   }
+}
+
+void Listener::CheckProgressLocked() {
+  const absl::Time now = absl::Now();
+  last_progress_check_ = now;
+  RefreshOpenLocked(/*force=*/true);
+  if (now >= trim_at_) {
+    // What gRPC buffered for a connection closed here is freed once it has
+    // torn the connection down; malloc keeps large freed blocks in its heap
+    // (its mmap threshold rises after such frees) unless asked to give them
+    // back.
+    malloc_trim(0);
+    trim_at_ = absl::InfiniteFuture();
+  }
+  for (auto& [fd, c] : open_) {
+    if (c.closing) continue;
+    const uint64_t received = BytesReceived(fd);
+    const uint64_t without_progress = received - std::min(received, c.progress_bytes);
+    if (without_progress <= static_cast<uint64_t>(kMaxBytesWithoutProgress)) continue;
+    c.closing = true;
+    ++closed_without_progress_total_;
+    shutdown(fd, SHUT_RDWR);
+    trim_at_ = now + absl::Seconds(1);
+    LogThrottled(absl::StrCat("closed the connection of ", c.peer, ": it sent ", without_progress,
+                              " bytes that started no call and carried no message (a header block that never "
+                              "ends?)"));
+  }
+}
+
+void Listener::ExpectProbe(int source_port) {
+  absl::MutexLock lock(&mu_);
+  // One probe at a time; a stale port (its probe never got through) goes.
+  probe_ports_.clear();
+  probe_ports_.insert(source_port);
+}
+
+void Listener::NoteProgress(const std::string& grpc_peer) {
+  absl::MutexLock lock(&mu_);
+  auto p = by_peer_.find(grpc_peer);
+  if (p == by_peer_.end()) return;
+  auto it = open_.find(p->second);
+  if (it == open_.end()) return;
+  it->second.progress_bytes = BytesReceived(p->second);
 }
 
 ListenerStats Listener::Stats() {
@@ -316,29 +410,17 @@ ListenerStats Listener::Stats() {
   stats.accepted_total = accepted_total_;
   stats.refused_total = refused_total_;
   stats.accept_errors_total = accept_errors_total_;
+  stats.closed_without_progress_total = closed_without_progress_total_;
   return stats;
 }
 
 bool Listener::CloseConnection(const std::string& grpc_peer) {
   absl::MutexLock lock(&mu_);
   RefreshOpenLocked(/*force=*/true);
-  for (const auto& [fd, identity] : open_) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
-    char host[NI_MAXHOST] = {0};
-    char serv[NI_MAXSERV] = {0};
-    if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-      continue;
-    }
-    const std::string peer = addr.ss_family == AF_INET6 ? absl::StrCat("ipv6:[", host, "]:", serv)
-                                                         : absl::StrCat("ipv4:", host, ":", serv);
-    if (peer != grpc_peer) continue;
-    shutdown(fd, SHUT_RDWR);
-    return true;
-  }
-  return false;
+  auto p = by_peer_.find(grpc_peer);
+  if (p == by_peer_.end()) return false;
+  shutdown(p->second, SHUT_RDWR);
+  return true;
 }
 
 void Listener::LogThrottled(const std::string& message) {

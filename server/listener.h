@@ -21,10 +21,24 @@
 //     closed, EBADF/EINVAL/ENOTSOCK) is reported once to `on_failure`; the
 //     accept thread then stops.
 //
+//   - A connection that sends more than kMaxBytesWithoutProgress bytes
+//     without progress is closed (shutdown(2); gRPC sees it end). The bytes
+//     are the kernel's count (TCP_INFO tcpi_bytes_received); progress is
+//     reported by the services (NoteProgress) at each call they start and
+//     each message they read. This bounds what gRPC 1.51 does with a header
+//     block that never ends (a CONTINUATION flood): it keeps every byte
+//     (1.8x) and never closes the connection, and it re-copies a header value
+//     longer than a frame at every frame, so the work grows with the square
+//     of the block. While a header block is open HTTP/2 allows no other frame
+//     on the connection, so no progress can happen on it; a client doing real
+//     work reports progress at least once per request message (at most 4 MiB,
+//     gRPC's limit). The memory such a connection held goes back to the
+//     system once gRPC has let go of it (malloc_trim a second later).
+//
 // Open connections are counted by the socket inodes this listener accepted
 // that are still open in the process (gRPC closes a connection's descriptor
 // when it ends and tells no one), checked with fstat at most every 50 ms when
-// the limit is reached and once a second for Stats().
+// the limit is reached and every 250 ms with the progress budgets.
 //
 // Thread-safety: Bind/Start/Stop from one thread; Stats and port from any.
 #ifndef DECODED_SERVER_LISTENER_H_
@@ -43,11 +57,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server_builder.h"
+#include "server/connection_progress.h"
 
 namespace decoded::server {
 
@@ -59,20 +75,27 @@ struct ListenerOptions {
   int backlog = 1024;          // listen(2) backlog
 };
 
+// Bytes a connection may receive between two reports of progress: four
+// times gRPC's largest request message (GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH's
+// default, 4 MiB), so requests arriving interleaved on one connection fit.
+inline constexpr int64_t kMaxBytesWithoutProgress = int64_t{16} << 20;
+
+
 struct ListenerStats {
   int64_t open_connections = 0;  // accepted and not yet closed by gRPC
   int64_t accepted_total = 0;    // handed to gRPC
   int64_t refused_total = 0;     // closed at once: max_connections were open
   int64_t accept_errors_total = 0;  // failed accept4 calls (out of descriptors, ...)
+  int64_t closed_without_progress_total = 0;  // kMaxBytesWithoutProgress exceeded
 };
 
-class Listener {
+class Listener final : public ConnectionProgress {
  public:
   // Binds and listens (SO_REUSEADDR, never SO_REUSEPORT: a second daemon on
   // the same port must fail). UNAVAILABLE when the address is in use or
   // cannot be bound, INVALID_ARGUMENT when it does not parse or resolve.
   static absl::StatusOr<std::unique_ptr<Listener>> Bind(const ListenerOptions& options);
-  ~Listener();  // Stop()
+  ~Listener() override;  // Stop()
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
@@ -99,6 +122,16 @@ class Listener {
   // when no open connection of this listener has that peer.
   bool CloseConnection(const std::string& grpc_peer) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The next connection from this host's port `source_port` is the
+  // watchdog's probe: it is closed at accept instead of going to gRPC, so
+  // the probe sees this listener accept, whatever gRPC is busy with.
+  void ExpectProbe(int source_port) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A call started, or a request message was read, on the connection of
+  // `grpc_peer`: its progress budget starts again from the bytes received so
+  // far. Unknown peers are ignored. Any thread.
+  void NoteProgress(const std::string& grpc_peer) override ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   Listener() = default;
   void AcceptLoop();
@@ -107,6 +140,8 @@ class Listener {
   // Forgets tracked connections gRPC has closed. `force`: even if the last
   // refresh was less than 50 ms ago.
   void RefreshOpenLocked(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the connections over their progress budget (every 250 ms).
+  void CheckProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogThrottled(const std::string& message);
 
   std::vector<int> fds_;  // listening sockets
@@ -121,9 +156,21 @@ class Listener {
   std::atomic<bool> stopping_{false};
 
   absl::Mutex mu_;
-  // Accepted descriptor -> its socket's (device, inode), while open.
-  absl::flat_hash_map<int, std::pair<dev_t, ino_t>> open_ ABSL_GUARDED_BY(mu_);
+  struct Connection {
+    dev_t dev;  // the socket's identity: the descriptor may be reused once gRPC closes it
+    ino_t ino;
+    std::string peer;               // gRPC's spelling of the client's address
+    uint64_t progress_bytes = 0;    // tcpi_bytes_received at the last progress
+    bool closing = false;           // shut down for want of progress
+  };
+  // Accepted descriptor -> its connection, while open; and peer -> descriptor.
+  absl::flat_hash_map<int, Connection> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> by_peer_ ABSL_GUARDED_BY(mu_);
   absl::Time last_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_progress_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t closed_without_progress_total_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time trim_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // heap trim after such a close
+  absl::flat_hash_set<int> probe_ports_ ABSL_GUARDED_BY(mu_);  // ExpectProbe
   int64_t accepted_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t refused_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t accept_errors_total_ ABSL_GUARDED_BY(mu_) = 0;

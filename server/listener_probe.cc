@@ -26,7 +26,8 @@ int RemainingMs(absl::Time deadline) {
 
 }  // namespace
 
-absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout) {
+absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout,
+                           const std::function<void(int source_port)>& before_connect) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string where = absl::StrCat(host, ":", port);
   sockaddr_storage addr{};
@@ -47,6 +48,19 @@ absl::Status ProbeListener(const std::string& host, int port, absl::Duration tim
   const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("probe socket: ", std::strerror(errno)));
   absl::Cleanup closer = [fd] { close(fd); };
+  if (before_connect) {
+    // An ephemeral port of our own, known before the connection exists.
+    sockaddr_storage local{};
+    local.ss_family = addr.ss_family;
+    const socklen_t local_len = addr.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&local), local_len) != 0) {
+      return absl::UnavailableError(absl::StrCat("probe bind: ", std::strerror(errno)));
+    }
+    socklen_t got = sizeof(local);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&local), &got);
+    before_connect(ntohs(local.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&local)->sin_port
+                                                    : reinterpret_cast<sockaddr_in6*>(&local)->sin6_port));
+  }
 
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 && errno != EINPROGRESS) {
     return absl::UnavailableError(absl::StrCat("connect to ", where, ": ", std::strerror(errno)));

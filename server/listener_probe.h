@@ -14,6 +14,7 @@
 #ifndef DECODED_SERVER_LISTENER_PROBE_H_
 #define DECODED_SERVER_LISTENER_PROBE_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -23,7 +24,11 @@ namespace decoded::server {
 
 // OK when `host`:`port` (a numeric IPv4 or IPv6 address) accepted a new
 // connection within `timeout`; UNAVAILABLE saying what happened otherwise.
-absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout);
+// `before_connect`, if set, is told the probe's own (ephemeral) port before it
+// connects: a listener that knows it can close the probe at accept, so the
+// probe measures accepting alone, not how busy the server behind it is.
+absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout,
+                           const std::function<void(int source_port)>& before_connect = nullptr);
 
 }  // namespace decoded::server
 

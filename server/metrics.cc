@@ -107,6 +107,10 @@ class ServerCollectable final : public prometheus::Collectable {
         OneValue("decoded_connections_reset_flood_closed_total",
                  "Connections closed because their client reset streams faster than --max_stream_resets_per_second.",
                  MetricType::Counter, s.connections_closed_for_resets_total),
+        OneValue("decoded_connections_without_progress_closed_total",
+                 "Connections closed for sending bytes that started no call and carried no message (e.g. a header "
+                 "block that never ends; server/listener.h).",
+                 MetricType::Counter, s.connections_closed_without_progress_total),
         OneValue("decoded_streams_open", "Generate streams open, with or without a session (--max_streams).",
                  MetricType::Gauge, s.streams_open),
         OneValue("decoded_turn_queue", "Turns waiting for the turn pool (tokenizing, session open).",

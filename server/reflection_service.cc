@@ -18,7 +18,10 @@ namespace pb = google::protobuf;
 template <typename Request, typename Response>
 class ReflectionReactor final : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  ReflectionReactor(const std::vector<std::string>* services, bool authorized) : services_(services) {
+  ReflectionReactor(const std::vector<std::string>* services, bool authorized, ConnectionProgress* progress,
+                    std::string peer)
+      : services_(services), progress_(progress), peer_(std::move(peer)) {
+    if (progress_ != nullptr) progress_->NoteProgress(peer_);
     if (!authorized) {
       this->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
       return;
@@ -31,6 +34,7 @@ class ReflectionReactor final : public grpc::ServerBidiReactor<Request, Response
       this->Finish(grpc::Status::OK);  // the client half-closed, or the call is over
       return;
     }
+    if (progress_ != nullptr) progress_->NoteProgress(peer_);
     Answer();
     this->StartWrite(&response_);
   }
@@ -117,6 +121,8 @@ class ReflectionReactor final : public grpc::ServerBidiReactor<Request, Response
   }
 
   const std::vector<std::string>* services_;
+  ConnectionProgress* const progress_;
+  const std::string peer_;
   Request request_;
   Response response_;
 };
@@ -126,15 +132,16 @@ class ReflectionReactor final : public grpc::ServerBidiReactor<Request, Response
 grpc::ServerBidiReactor<grpc::reflection::v1::ServerReflectionRequest, grpc::reflection::v1::ServerReflectionResponse>*
 ReflectionV1Service::ServerReflectionInfo(grpc::CallbackServerContext* context) {
   return new ReflectionReactor<grpc::reflection::v1::ServerReflectionRequest,
-                               grpc::reflection::v1::ServerReflectionResponse>(&services_, authorized_(*context));
+                               grpc::reflection::v1::ServerReflectionResponse>(&services_, authorized_(*context),
+                                                                               progress_, context->peer());
 }
 
 grpc::ServerBidiReactor<grpc::reflection::v1alpha::ServerReflectionRequest,
                         grpc::reflection::v1alpha::ServerReflectionResponse>*
 ReflectionV1AlphaService::ServerReflectionInfo(grpc::CallbackServerContext* context) {
   return new ReflectionReactor<grpc::reflection::v1alpha::ServerReflectionRequest,
-                               grpc::reflection::v1alpha::ServerReflectionResponse>(&services_,
-                                                                                    authorized_(*context));
+                               grpc::reflection::v1alpha::ServerReflectionResponse>(
+      &services_, authorized_(*context), progress_, context->peer());
 }
 
 }  // namespace decoded::server

@@ -23,6 +23,7 @@
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/connection_progress.h"
 
 namespace decoded::server {
 
@@ -31,21 +32,25 @@ using ReflectionAuthorizer = std::function<bool(const grpc::CallbackServerContex
 
 class ReflectionV1Service final : public grpc::reflection::v1::ServerReflection::CallbackService {
  public:
-  // `services`: the full names list_services answers with.
-  ReflectionV1Service(std::vector<std::string> services, ReflectionAuthorizer authorized)
-      : services_(std::move(services)), authorized_(std::move(authorized)) {}
+  // `services`: the full names list_services answers with. `progress` (may
+  // be null) is told of every call and request.
+  ReflectionV1Service(std::vector<std::string> services, ReflectionAuthorizer authorized,
+                      ConnectionProgress* progress)
+      : services_(std::move(services)), authorized_(std::move(authorized)), progress_(progress) {}
   grpc::ServerBidiReactor<grpc::reflection::v1::ServerReflectionRequest, grpc::reflection::v1::ServerReflectionResponse>*
   ServerReflectionInfo(grpc::CallbackServerContext* context) override;
 
  private:
   const std::vector<std::string> services_;
   const ReflectionAuthorizer authorized_;
+  ConnectionProgress* const progress_;
 };
 
 class ReflectionV1AlphaService final : public grpc::reflection::v1alpha::ServerReflection::CallbackService {
  public:
-  ReflectionV1AlphaService(std::vector<std::string> services, ReflectionAuthorizer authorized)
-      : services_(std::move(services)), authorized_(std::move(authorized)) {}
+  ReflectionV1AlphaService(std::vector<std::string> services, ReflectionAuthorizer authorized,
+                           ConnectionProgress* progress)
+      : services_(std::move(services)), authorized_(std::move(authorized)), progress_(progress) {}
   grpc::ServerBidiReactor<grpc::reflection::v1alpha::ServerReflectionRequest,
                           grpc::reflection::v1alpha::ServerReflectionResponse>*
   ServerReflectionInfo(grpc::CallbackServerContext* context) override;
@@ -53,6 +58,7 @@ class ReflectionV1AlphaService final : public grpc::reflection::v1alpha::ServerR
  private:
   const std::vector<std::string> services_;
   const ReflectionAuthorizer authorized_;
+  ConnectionProgress* const progress_;
 };
 
 }  // namespace decoded::server

@@ -52,9 +52,10 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   ListenerOptions listen;
   listen.address = options.listen;
   listen.max_connections = options.max_connections;
-  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(listen);
-  if (!listener.ok()) return listener.status();
-  server->listener_ = *std::move(listener);
+  absl::StatusOr<std::unique_ptr<Listener>> bound = Listener::Bind(listen);
+  if (!bound.ok()) return bound.status();
+  server->listener_ = *std::move(bound);
+  Listener* const listener = server->listener_.get();
 
   server->turn_pool_ = std::make_unique<RequestPool>(
       RequestPoolOptions{"turn", "--turn_queue", options.turn_threads, options.turn_queue, /*nice=*/0});
@@ -68,23 +69,24 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   service_options.max_sessions_per_peer = options.max_sessions_per_peer;
   service_options.max_metadata_bytes = options.max_metadata_bytes;
   if (options.max_stream_resets_per_second > 0) {
-    Listener* listener = server->listener_.get();
     server->resets_ = std::make_unique<ResetGuard>(
         options.max_stream_resets_per_second, 2 * options.max_stream_resets_per_second,
         [listener](const std::string& peer) { return listener->CloseConnection(peer); });
   }
   server->service_ = std::make_unique<DecoderService>(server->metrics_.get(), server->turn_pool_.get(),
-                                                      server->utility_pool_.get(), server->resets_.get(),
+                                                      server->utility_pool_.get(), server->resets_.get(), listener,
                                                       service_options);
-  server->health_ = std::make_unique<HealthService>(std::vector<std::string>{v1::Decoder::service_full_name()});
+  server->health_ = std::make_unique<HealthService>(
+      std::vector<std::string>{v1::Decoder::service_full_name()},
+      [listener](const std::string& peer) { listener->NoteProgress(peer); });
   const std::vector<std::string> services = {
       v1::Decoder::service_full_name(), grpc::health::v1::Health::service_full_name(),
       grpc::reflection::v1::ServerReflection::service_full_name(),
       grpc::reflection::v1alpha::ServerReflection::service_full_name()};
   DecoderService* decoder = server->service_.get();
   auto authorized = [decoder](const grpc::CallbackServerContext& context) { return decoder->Authorized(context); };
-  server->reflection_v1_ = std::make_unique<ReflectionV1Service>(services, authorized);
-  server->reflection_v1alpha_ = std::make_unique<ReflectionV1AlphaService>(services, authorized);
+  server->reflection_v1_ = std::make_unique<ReflectionV1Service>(services, authorized, listener);
+  server->reflection_v1alpha_ = std::make_unique<ReflectionV1AlphaService>(services, authorized, listener);
 
   grpc::EnableDefaultHealthCheckService(false);
   grpc::ServerBuilder builder;
@@ -180,7 +182,8 @@ void DecodedServer::ProbeListener() {
   int failures = 0;
   while (!stop_threads_.WaitForNotificationWithTimeout(interval)) {
     if (drained_.load()) return;
-    absl::Status probe = decoded::server::ProbeListener(listener_->local_host(), listener_->port(), timeout);
+    absl::Status probe = decoded::server::ProbeListener(listener_->local_host(), listener_->port(), timeout,
+                                                        [this](int port) { listener_->ExpectProbe(port); });
     if (probe.ok()) {
       failures = 0;
       continue;
@@ -212,6 +215,7 @@ ServerState DecodedServer::State() {
   s.connections_accepted_total = l.accepted_total;
   s.connections_refused_total = l.refused_total;
   s.accept_errors_total = l.accept_errors_total;
+  s.connections_closed_without_progress_total = l.closed_without_progress_total;
   s.streams_open = service_->streams().size();
   s.turn_queue = turn_pool_->queued();
   s.utility_queue = utility_pool_->queued();

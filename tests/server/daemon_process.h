@@ -34,7 +34,9 @@ namespace decoded::server::e2e {
 // One daemon process; killed (SIGKILL) if a test leaves it running.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> flags) {
+  // `launcher`: a command the daemon runs under, e.g. {"prlimit",
+  // "--nofile=1024:4096", "--"} (looked up on PATH).
+  explicit Daemon(std::vector<std::string> flags, std::vector<std::string> launcher = {}) {
     log_path_ = ::testing::TempDir() + "decoded_" + std::to_string(getpid()) + "_" + std::to_string(++count_) + ".log";
     // DECODED_DAEMON_BINARY runs the tests against another build of the
     // daemon (an older one, or the one in a container image).
@@ -43,13 +45,14 @@ class Daemon {
                                      "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--workers=1",
                                      "--threads=1"};
     args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.begin(), launcher.begin(), launcher.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    if (posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&actions);
   }
   ~Daemon() {
@@ -124,6 +127,7 @@ class Daemon {
   }
 
   std::string Metrics() const { return HttpGet(metrics_port_, "/metrics"); }
+  pid_t pid() const { return pid_; }
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }

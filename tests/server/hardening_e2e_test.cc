@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -469,6 +470,87 @@ TEST(HardeningTest, ARapidResetBurstLeavesNothingHeldAndDoesNotStarveAStream) {
   EXPECT_EQ(Metric(*server, "decoded_sessions_active"), 0);
   EXPECT_TRUE(e2e::Solo(*stub, TextTurn("Hello", 2)).ended);
   EXPECT_LT(Percentile(loaded, 1.0), 1.0);
+}
+
+int64_t OwnRss() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// f57ec97: one header block that never ended (CONTINUATION frames without
+// END_HEADERS) grew RSS by 1.7x the bytes sent (+440 MiB for 256 MiB), and the
+// connection was never closed: gRPC 1.51 keeps the whole block and has no
+// bound on it. Both ways of never ending a block are closed now: many
+// complete headers (by gRPC at its 1 MiB metadata limit, or by the listener),
+// and one header value whose declared length never arrives (gRPC re-copies it
+// at every frame and reads ever slower: the listener closes a connection
+// whose unread bytes wait for 2 s with no call started and no message read).
+// Memory stays bounded, and other clients are served meanwhile.
+TEST(HardeningTest, AHeaderBlockThatNeverEndsClosesItsConnectionWithBoundedMemory) {
+  DECODED_REQUIRE_REAL_MODEL();
+  auto server = Serve(SmallEngine(/*max_sessions=*/1));
+  ASSERT_NE(server, nullptr);
+  auto channel = e2e::ChannelTo(*server);
+  ASSERT_EQ(HealthStatus(channel.get()), 1);
+  for (bool one_value : {false, true}) {
+    SCOPED_TRACE(one_value ? "one endless header value" : "endless headers");
+    const int64_t rss_before = OwnRss();
+    RawHttp2 conn(server->port());
+    std::string first = RawHttp2::GrpcHeaders("/decoded.v1.Decoder/Generate");
+    std::string filler;
+    if (one_value) {
+      first += std::string(1, '\0') + RawHttp2::Integer(5, 7) + "x-pad" + RawHttp2::Integer(uint64_t{1} << 31, 7);
+      filler = std::string(16000, 'v');
+    } else {
+      for (int i = 0; filler.size() < 15800; ++i) filler += RawHttp2::Literal(absl::StrCat("x-pad", i), "b");
+    }
+    ASSERT_TRUE(conn.Send(RawHttp2::Frame(e2e::kHeaders, 0, 1, first)));
+    int64_t sent = 0;
+    const absl::Time start = absl::Now();
+    while (conn.open() && sent < (int64_t{256} << 20) && absl::Now() - start < absl::Seconds(60)) {
+      std::string burst;
+      for (int i = 0; i < 16; ++i) burst += RawHttp2::Frame(e2e::kContinuation, 0, 1, filler);
+      if (!conn.Send(burst)) break;
+      sent += static_cast<int64_t>(burst.size());
+      conn.Read(absl::ZeroDuration());
+    }
+    conn.Read(absl::Seconds(2));
+    absl::SleepFor(absl::Milliseconds(1500));  // gRPC frees the block, the listener trims the heap
+    const int64_t grown = OwnRss() - rss_before;
+    std::printf("%s: the connection was %s after %.1f MiB sent in %.1f s; RSS %+.1f MiB\n",
+                one_value ? "one endless value" : "endless headers", conn.open() ? "still open" : "closed",
+                sent / 1048576.0, absl::ToDoubleSeconds(absl::Now() - start), grown / 1048576.0);
+    EXPECT_FALSE(conn.open());
+    EXPECT_LT(sent, int64_t{64} << 20);
+    EXPECT_LT(grown, int64_t{128} << 20);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+    EXPECT_EQ(HealthStatus(channel.get()), 1);
+  }
+  // Which of the two closed it depends on when gRPC applied its advertised
+  // limit; the listener's own check is tested in server_parts_test.
+  const double closed = Metric(*server, "decoded_connections_without_progress_closed_total");
+  // Large requests that do start calls are not mistaken for it.
+  auto stub = v1::Decoder::NewStub(channel);
+  for (int i = 0; i < 4; ++i) {
+    grpc::ClientContext ctx;
+    v1::DetokenizeRequest req;
+    for (int j = 0; j < 131072; ++j) req.add_ids(70000 + j % 1000);  // 3-byte varints: ~0.4 MiB
+    v1::DetokenizeResponse resp;
+    const grpc::Status s = stub->Detokenize(&ctx, req, &resp);
+    EXPECT_NE(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  }
+  grpc::ClientContext tctx;
+  v1::TokenizeRequest big;
+  big.set_text(std::string((4 << 20) - 64, 'z'));
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    v1::TokenizeResponse resp;
+    EXPECT_EQ(stub->Tokenize(&ctx, big, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(Metric(*server, "decoded_connections_without_progress_closed_total"), closed);
 }
 
 // With a token, reflection (both versions) asks for it; health never does

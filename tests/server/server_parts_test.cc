@@ -174,6 +174,77 @@ TEST(ListenerTest, OutOfFileDescriptorsClosesNewConnectionsAndAcceptsAgainAfterw
   close(late);
 }
 
+// A connection that sends without anything being made of it (no call
+// started, no message read: what a header block that never ends looks like
+// from outside gRPC) is closed; one whose sends do make progress is not.
+TEST(ListenerTest, AConnectionThatSendsWithoutProgressIsClosed) {
+  ListenerOptions options;
+  options.address = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(options);
+  ASSERT_TRUE(listener.ok());
+  // Reads and drops what each connection sends, as gRPC would parse it.
+  class DrainingAcceptor final : public grpc::experimental::ExternalConnectionAcceptor {
+   public:
+    ~DrainingAcceptor() override {
+      stop_ = true;
+      for (std::thread& t : readers_) t.join();
+    }
+    void HandleNewConnection(NewConnectionParameters* p) override {
+      const int fd = p->fd;
+      ++accepted_;
+      readers_.emplace_back([this, fd] {
+        char buf[65536];
+        while (!stop_.load()) {
+          pollfd pf{fd, POLLIN, 0};
+          if (poll(&pf, 1, 20) <= 0) continue;
+          if (read(fd, buf, sizeof(buf)) <= 0) break;
+        }
+        close(fd);
+      });
+    }
+    int held() const { return accepted_.load(); }
+
+   private:
+    std::atomic<bool> stop_{false};
+    std::atomic<int> accepted_{0};
+    std::vector<std::thread> readers_;
+  } acceptor;
+  (*listener)->Start(&acceptor, nullptr);
+  const int stalled = UnconnectedSocket();
+  const int working = UnconnectedSocket();
+  ASSERT_TRUE(Connect(stalled, (*listener)->port()));
+  ASSERT_TRUE(Connect(working, (*listener)->port()));
+  ASSERT_TRUE(WaitFor([&] { return acceptor.held() == 2; }, absl::Seconds(5)));
+  auto peer_of = [](int fd) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    return absl::StrCat("ipv4:127.0.0.1:", ntohs(addr.sin_port));
+  };
+  fcntl(stalled, F_SETFL, O_NONBLOCK);
+  fcntl(working, F_SETFL, O_NONBLOCK);
+  const std::string chunk(1 << 16, 'x');
+  const absl::Time start = absl::Now();
+  int64_t sent = 0;
+  bool closed = false;
+  while (!closed && absl::Now() - start < absl::Seconds(20)) {
+    for (int i = 0; i < 16; ++i) {
+      const ssize_t n = send(stalled, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n > 0) sent += n;
+      // The same traffic, with progress after each piece.
+      if (send(working, chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) (*listener)->NoteProgress(peer_of(working));
+    }
+    closed = ClosedByServer(stalled, absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(closed) << "still open after " << sent << " bytes";
+  EXPECT_GT(sent, kMaxBytesWithoutProgress);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // checked every 250 ms
+  EXPECT_FALSE(ClosedByServer(working, absl::Milliseconds(100)));
+  EXPECT_EQ((*listener)->Stats().closed_without_progress_total, 1);
+  close(stalled);
+  close(working);
+}
+
 TEST(ListenerTest, ASecondListenerOnTheSamePortFails) {
   ListenerOptions options;
   options.address = "127.0.0.1:0";
@@ -244,6 +315,16 @@ TEST(ListenerProbeTest, TellsAcceptingFromNotAccepting) {
   ASSERT_TRUE(Connect(holder, (*full)->port()));
   ASSERT_TRUE(WaitFor([&] { return acceptor.held() == 1; }, absl::Seconds(5)));
   EXPECT_TRUE(ProbeListener("127.0.0.1", (*full)->port(), absl::Seconds(2)).ok());
+
+  // The watchdog's own probe is closed at accept and never reaches gRPC (a
+  // busy gRPC must not look like a dead listener).
+  const int held_before = acceptor.held();
+  acceptor.CloseAll();
+  ASSERT_TRUE(WaitFor([&] { return (*full)->Stats().open_connections == 0; }, absl::Seconds(5)));
+  EXPECT_TRUE(ProbeListener("127.0.0.1", (*full)->port(), absl::Seconds(2),
+                            [&](int port) { (*full)->ExpectProbe(port); })
+                  .ok());
+  EXPECT_EQ(acceptor.held(), 0) << "the probe was handed over (" << held_before << " before)";
 
   // Nothing listens: refused.
   const int port = silent_port;

@@ -1,0 +1,427 @@
+// The decoded binary as a process, against the attacks of issue 16 that
+// involve the kernel: file-descriptor limits and a connection flood, a
+// listening socket that stops accepting, the model file changed on disk
+// while it is served, signals, and flags that cannot hold. Runs the built
+// daemon on the real model, on ports it picks itself.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/decoded.grpc.pb.h"
+#include "tests/common/model_path.h"
+#include "tests/server/daemon_process.h"
+#include "tests/server/e2e_support.h"
+
+extern char** environ;
+
+namespace decoded::server {
+namespace {
+
+using e2e::Daemon;
+using e2e::HealthStatus;
+using e2e::MetricValue;
+using e2e::ReadTurn;
+using e2e::TextTurn;
+using e2e::TurnResult;
+
+std::vector<std::string> ModelFlags(const std::string& model, std::vector<std::string> more = {}) {
+  std::vector<std::string> flags = {"--model=" + model, "--context_length=256"};
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
+// The greedy continuation of a fixed prompt, read on a fresh stream.
+std::vector<int32_t> Greedy(const std::shared_ptr<grpc::Channel>& channel, int tokens = 8) {
+  auto stub = v1::Decoder::NewStub(channel);
+  return e2e::Solo(*stub, TextTurn("The capital of France is", tokens)).ids;
+}
+
+// A new channel (its own connection) each time: what a probe sees.
+int FreshHealth(int port) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2))) return -1;
+  return HealthStatus(channel.get());
+}
+
+void RaiseOwnOpenFilesLimit() {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+// f57ec97, soft nofile 1024: 1,100 idle connections made new clients time
+// out, and once they were closed no connection was accepted for 60 s and
+// more (gRPC 1.51's acceptor stops after EMFILE) while health on an old
+// connection said SERVING. Now the soft limit is raised to the hard one,
+// connections beyond --max_connections are closed at once, and the listener
+// is there when they are gone.
+TEST(HardeningProcessTest, RaisesItsFileLimitAndAcceptsAgainAfterAConnectionFlood) {
+  DECODED_REQUIRE_REAL_MODEL();
+  RaiseOwnOpenFilesLimit();
+  rlimit own{};
+  getrlimit(RLIMIT_NOFILE, &own);
+  const rlim_t hard = std::min<rlim_t>(own.rlim_max, 4096);
+  ASSERT_GE(hard, 2048u) << "this test needs a hard nofile limit of 2048 or more";
+  Daemon daemon(ModelFlags(decoded::testing::RealModelPath()), {"prlimit", absl::StrCat("--nofile=1024:", hard), "--"});
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), absl::StrCat("open files limit: soft 1024, raised to ", hard)))
+      << daemon.Log();
+  constexpr int kFlood = 1100;
+  std::vector<int> flood;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(daemon.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < kFlood; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0) << "client socket " << i;
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << i;
+    flood.push_back(fd);
+  }
+  // Beyond the limit, connections are closed at once, not left to time out.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  double refused = 0;
+  while (absl::Now() < deadline && (refused = MetricValue(daemon.Metrics(), "decoded_connections_refused_total")) <
+                                       kFlood - 1024) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_GE(refused, kFlood - 1024);
+  EXPECT_EQ(HealthStatus(daemon.channel().get()), 1);  // the old connection is served meanwhile
+  for (int fd : flood) close(fd);
+  const absl::Time closed = absl::Now();
+  int health = -1;
+  while (absl::Now() - closed < absl::Seconds(5) && (health = FreshHealth(daemon.port())) != 1) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(health, 1) << "no new connection accepted after the flood\n" << daemon.Log();
+  EXPECT_FALSE(Greedy(daemon.channel(), 2).empty());
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 0);
+}
+
+// The socket inode of `pid`'s listening TCP socket on `port`, or 0.
+uint64_t ListeningInode(pid_t pid, int port) {
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/net/", table));
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::vector<std::string> cols = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (cols.size() < 10 || cols[3] != "0A") continue;  // TCP_LISTEN
+      const size_t colon = cols[1].rfind(':');
+      int local_port = 0;
+      if (colon == std::string::npos || !absl::SimpleHexAtoi(cols[1].substr(colon + 1), &local_port)) continue;
+      uint64_t inode = 0;
+      if (local_port == port && absl::SimpleAtoi(cols[9], &inode)) return inode;
+    }
+  }
+  return 0;
+}
+
+// What an operator's `ss -K`, or a bug that closes the wrong descriptor,
+// does: the daemon's listening socket stops listening (shutdown(2) through a
+// duplicate of its descriptor, taken with pidfd_getfd).
+bool BreakListeningSocket(pid_t pid, int port) {
+  const uint64_t inode = ListeningInode(pid, port);
+  if (inode == 0) return false;
+  const std::string want = absl::StrCat("socket:[", inode, "]");
+  for (const auto& entry : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(entry.path(), ec).string() != want) continue;
+    int target = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &target)) continue;
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return false;
+    const int dup = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, target, 0));
+    close(pidfd);
+    if (dup < 0) return false;
+    const bool ok = shutdown(dup, SHUT_RDWR) == 0;
+    close(dup);
+    return ok;
+  }
+  return false;
+}
+
+// If the listener stops accepting anyway, the daemon notices, reports
+// NOT_SERVING (to clients still connected: new ones cannot reach it), drains,
+// and exits 3 so that its supervisor restarts it.
+TEST(HardeningProcessTest, AListenerThatStopsAcceptingIsNoticedAndTheDaemonExits3AfterItsDrain) {
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--listener_probe_seconds=1", "--drain_seconds=2"}));
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  auto stub = v1::Decoder::NewStub(daemon.channel());
+  grpc::ClientContext ctx;
+  auto stream = stub->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("Count to one thousand:", 240)));
+  v1::GenerateResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  ASSERT_TRUE(BreakListeningSocket(daemon.pid(), daemon.port())) << "could not reach the listening socket";
+  const absl::Time broken = absl::Now();
+  int health = 1;
+  while (absl::Now() - broken < absl::Seconds(5) && (health = HealthStatus(daemon.channel().get())) == 1) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_NE(health, 1) << "health still SERVING with a dead listener";
+  const TurnResult cut = ReadTurn(stream.get());
+  EXPECT_TRUE(cut.ended) << daemon.Log();
+  EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 3) << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "listening socket on port")) << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "health reports NOT_SERVING")) << daemon.Log();
+}
+
+std::string CopyOfRealModel(const std::string& name) {
+  const std::string path = ::testing::TempDir() + "decoded_" + std::to_string(getpid()) + "_" + name + ".gguf";
+  std::filesystem::copy_file(decoded::testing::RealModelPath(), path, std::filesystem::copy_options::overwrite_existing);
+  return path;
+}
+
+// How a served model file gets changed: truncated; overwritten in place
+// (same size, other bytes); replaced by `cp` of another file (O_TRUNC, then
+// written: the same inode with other contents).
+enum class Change { kTruncate, kOverwrite, kCopyOver };
+
+void ChangeFile(const std::string& path, Change change) {
+  switch (change) {
+    case Change::kTruncate:
+      ASSERT_EQ(truncate(path.c_str(), 1 << 20), 0);
+      break;
+    case Change::kOverwrite: {
+      const int fd = open(path.c_str(), O_WRONLY);
+      ASSERT_GE(fd, 0);
+      const std::string garbage(8 << 20, '\x5a');
+      for (off_t at = 4 << 20; at + static_cast<off_t>(garbage.size()) < std::filesystem::file_size(path);
+           at += 16 << 20) {
+        ASSERT_EQ(pwrite(fd, garbage.data(), garbage.size(), at), static_cast<ssize_t>(garbage.size()));
+      }
+      close(fd);
+      break;
+    }
+    case Change::kCopyOver: {
+      std::ifstream in(decoded::testing::TestDataPath("llama_tiny.gguf"), std::ios::binary);
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << in.rdbuf();
+      break;
+    }
+  }
+}
+
+// f57ec97 mapped the file and read weights in place: truncating it (or `cp`
+// over it) killed the daemon with SIGBUS within 3 s and no log line;
+// overwriting it served garbage or ended every turn non-finite while health
+// said SERVING. Weights are now a copy: nothing the file goes through
+// changes what is served, and the change is logged.
+TEST(HardeningProcessTest, ModelFileChangedOnDiskNeitherCrashesNorChangesTheServedWeights) {
+  DECODED_REQUIRE_REAL_MODEL();
+  for (Change change : {Change::kTruncate, Change::kOverwrite, Change::kCopyOver}) {
+    SCOPED_TRACE(static_cast<int>(change));
+    const std::string path = CopyOfRealModel("served");
+    Daemon daemon(ModelFlags(path));
+    ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+    const std::vector<int32_t> before = Greedy(daemon.channel());
+    ASSERT_EQ(before.size(), 8u);
+    ChangeFile(path, change);
+    // The watch polls once a second; turns in between and after.
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(Greedy(daemon.channel()), before);
+      absl::SleepFor(absl::Milliseconds(700));
+    }
+    EXPECT_EQ(HealthStatus(daemon.channel().get()), 1);
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), "changed on disk")) << daemon.Log();
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), "still serving the copy loaded at start")) << daemon.Log();
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 0) << daemon.Log();
+    std::filesystem::remove(path);
+  }
+}
+
+// With --mmap the weights are the file's pages: a change stops the daemon at
+// once (health NOT_SERVING, turns cut) and it exits 4 to be restarted on the
+// file as it is now, instead of serving other weights.
+TEST(HardeningProcessTest, MappedModelFileChangedStopsTheDaemonWithExit4) {
+  DECODED_REQUIRE_REAL_MODEL();
+  const std::string path = CopyOfRealModel("mapped");
+  Daemon daemon(ModelFlags(path, {"--mmap", "--drain_seconds=10"}));
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "weights mapped from the file")) << daemon.Log();
+  ASSERT_EQ(Greedy(daemon.channel()).size(), 8u);
+  ChangeFile(path, Change::kOverwrite);
+  const absl::Time changed = absl::Now();
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 4) << daemon.Log();
+  EXPECT_LT(absl::Now() - changed, absl::Seconds(5)) << "it waited for the drain period";
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "changed on disk")) << daemon.Log();
+  std::filesystem::remove(path);
+}
+
+// f57ec97: SIGHUP and SIGUSR1 killed the daemon without a drain or a log line.
+TEST(HardeningProcessTest, SighupDrainsLikeSigtermAndSigusr1IsLoggedAndIgnored) {
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--drain_seconds=2"}));
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  daemon.Signal(SIGUSR1);
+  daemon.Signal(SIGUSR2);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(HealthStatus(daemon.channel().get()), 1);
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "SIGUSR1 ignored")) << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "SIGUSR2 ignored")) << daemon.Log();
+  auto stub = v1::Decoder::NewStub(daemon.channel());
+  grpc::ClientContext ctx;
+  auto stream = stub->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("Count to one thousand:", 240)));
+  v1::GenerateResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  daemon.Signal(SIGHUP);
+  const TurnResult cut = ReadTurn(stream.get());
+  EXPECT_TRUE(cut.ended);
+  EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "SIGHUP, draining")) << daemon.Log();
+}
+
+// The daemon with its stderr on a pipe whose reader the test controls.
+class PipedDaemon {
+ public:
+  explicit PipedDaemon(std::vector<std::string> args) {
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    read_fd_ = fds[0];
+    const char* binary = std::getenv("DECODED_DAEMON_BINARY");
+    args.insert(args.begin(), binary != nullptr && *binary ? binary : DECODED_DAEMON_PATH);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+  }
+  ~PipedDaemon() {
+    if (read_fd_ >= 0) close(read_fd_);
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Reads stderr until `text` appears; false on timeout or end.
+  bool ReadUntil(const std::string& text, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!absl::StrContains(log_, text) && absl::Now() < deadline) {
+      pollfd p{read_fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(read_fd_, buf, sizeof(buf));
+      if (n <= 0) return false;
+      log_.append(buf, static_cast<size_t>(n));
+    }
+    return absl::StrContains(log_, text);
+  }
+  void CloseStderr() {
+    close(read_fd_);
+    read_fd_ = -1;
+  }
+  // Exit status, 128 + signal when killed, -1 on timeout.
+  int WaitExit(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return -1;
+  }
+  pid_t pid() const { return pid_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  int read_fd_ = -1;
+  bool exited_ = false;
+  std::string log_;
+};
+
+// f57ec97 ignored SIGPIPE only while the metrics endpoint ran: with
+// --metrics_listen '' and its stderr's reader gone, the drain's first log line
+// killed it with SIGPIPE.
+TEST(HardeningProcessTest, AClosedStderrDoesNotTurnADrainIntoDeathBySigpipe) {
+  DECODED_REQUIRE_REAL_MODEL();
+  PipedDaemon daemon({"--model=" + decoded::testing::RealModelPath(), "--listen=127.0.0.1:0", "--metrics_listen=",
+                      "--threads=1", "--context_length=256"});
+  ASSERT_TRUE(daemon.ReadUntil("serving\n", absl::Seconds(60))) << daemon.log();
+  daemon.CloseStderr();
+  kill(daemon.pid(), SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 0) << "128 + 13 is death by SIGPIPE";
+}
+
+// f57ec97 set the signal mask after flag parsing and the CPU set-up: a SIGINT
+// 40 ms after start took the default action (status 130). The mask is now
+// the first thing main does.
+TEST(HardeningProcessTest, ASignalRightAfterStartExitsZero) {
+  DECODED_REQUIRE_REAL_MODEL();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    SCOPED_TRACE(sig);
+    PipedDaemon daemon({"--model=" + decoded::testing::RealModelPath(), "--listen=127.0.0.1:0", "--metrics_listen="});
+    absl::SleepFor(absl::Milliseconds(40));
+    kill(daemon.pid(), sig);
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 0);
+  }
+}
+
+// A --kv_budget_mb below one session's KV cache was accepted at start-up and
+// then refused every stream while health said SERVING.
+TEST(HardeningProcessTest, FlagsThatCannotHoldAreRefusedAtStartWithExit2) {
+  DECODED_REQUIRE_REAL_MODEL();
+  {
+    Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--kv_budget_mb=1"}));
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(60)), 2) << daemon.Log();
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), "less than one session's KV cache")) << daemon.Log();
+  }
+  {
+    Daemon daemon(ModelFlags(decoded::testing::RealModelPath()), {"prlimit", "--nofile=512:512", "--"});
+    // No --max_connections: the default shrinks to what 512 descriptors leave.
+    ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), "at most 384 connections")) << daemon.Log();
+  }
+  {
+    Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--max_connections=1000"}),
+                  {"prlimit", "--nofile=512:512", "--"});
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 2) << daemon.Log();
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), "the open files limit is 512")) << daemon.Log();
+  }
+  {
+    Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--idle_session_seconds=-1"}));
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 2) << daemon.Log();
+  }
+}
+
+}  // namespace
+}  // namespace decoded::server
