@@ -82,7 +82,9 @@ LABEL org.opencontainers.image.title="decoded" \
       org.opencontainers.image.description="LLM decode-serving daemon (gRPC) and decoded-cli"
 USER 10001:10001
 EXPOSE 50051 9464
-# grpc.health.v1 through decoded-cli --health; loading and warming the model
-# takes seconds for small models, longer for large ones (start period).
+# grpc.health.v1 through decoded-cli --health, on a new connection each time:
+# a listener that stopped accepting fails it (the daemon also notices that
+# itself, drains and exits 3 for the restart policy). Loading and warming the
+# model takes seconds for small models, longer for large ones (start period).
 HEALTHCHECK --interval=10s --timeout=6s --start-period=120s --retries=3 CMD ["/usr/local/lib/decoded/healthcheck"]
 ENTRYPOINT ["/usr/local/bin/decoded-entrypoint"]

@@ -21,7 +21,8 @@ listen="${DECODED_LISTEN:-127.0.0.1:50051}"
 
 scripts/setup.sh
 model="$(scripts/fetch_model.sh "$name")"
-BUILD_DIR=build scripts/build.sh
+# The daemon and the client only: the test command builds the rest.
+BUILD_DIR=build BUILD_TARGETS="decoded decoded-cli" scripts/build.sh
 
 build/server/decoded --model "$model" --listen "$listen" --metrics_listen "" \
   --threads "${DECODED_THREADS:-2}" 2>build/decoded.log &

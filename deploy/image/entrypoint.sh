@@ -11,13 +11,20 @@
 #   DECODED_CONTEXT_LENGTH  --context_length
 #   DECODED_KV_BUDGET_MB    --kv_budget_mb
 #   DECODED_DRAIN_SECONDS   --drain_seconds
+#   DECODED_MAX_CONNECTIONS --max_connections
+#   DECODED_MAX_SESSIONS_PER_PEER --max_sessions_per_peer
+#   DECODED_IDLE_SESSION_SECONDS  --idle_session_seconds
+#   DECODED_AUTH_TOKEN      --auth_token         (a secret: prefer an env file or a Kubernetes Secret)
+#   DECODED_METRICS_AUTH_TOKEN --metrics_auth_token
 # Arguments are appended (a flag given twice: the last one counts).
 # Other commands:
 #   fetch-model [NAME]      fetches a model (gemma3, smollm2, qwen2) into
 #                           DECODED_MODEL's folder and points DECODED_MODEL at it
 #   decoded-cli ARGS...     the client (e.g. decoded-cli --health)
 #   decoded ARGS...         the daemon with exactly ARGS (no environment flags)
-# The daemon is exec'ed, so it is PID 1 and gets the runtime's SIGTERM itself.
+# The daemon is exec'ed, so it is PID 1 and gets the runtime's SIGTERM itself;
+# its exit status tells a restart policy why it stopped (0 signal, 1 start
+# failed, 2 bad flags, 3 listener failed, 4 mapped model file changed).
 set -euo pipefail
 
 case "${1:-}" in
@@ -46,4 +53,9 @@ add max_batch DECODED_MAX_BATCH
 add context_length DECODED_CONTEXT_LENGTH
 add kv_budget_mb DECODED_KV_BUDGET_MB
 add drain_seconds DECODED_DRAIN_SECONDS
+add max_connections DECODED_MAX_CONNECTIONS
+add max_sessions_per_peer DECODED_MAX_SESSIONS_PER_PEER
+add idle_session_seconds DECODED_IDLE_SESSION_SECONDS
+add auth_token DECODED_AUTH_TOKEN
+add metrics_auth_token DECODED_METRICS_AUTH_TOKEN
 exec /usr/local/bin/decoded "${args[@]}" "$@"

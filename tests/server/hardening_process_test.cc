@@ -187,6 +187,8 @@ TEST(HardeningProcessTest, AListenerThatStopsAcceptingIsNoticedAndTheDaemonExits
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_NE(health, 1) << "health still SERVING with a dead listener";
+  // What Docker's HEALTHCHECK and Kubernetes' probes do: a new connection.
+  EXPECT_NE(FreshHealth(daemon.port()), 1);
   const TurnResult cut = ReadTurn(stream.get());
   EXPECT_TRUE(cut.ended) << daemon.Log();
   EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
