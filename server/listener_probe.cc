@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/numeric_address.h"
 
 namespace decoded::server {
 namespace {
@@ -30,19 +31,9 @@ absl::Status ProbeListener(const std::string& host, int port, absl::Duration tim
                            const std::function<void(int source_port)>& before_connect) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string where = absl::StrCat(host, ":", port);
-  sockaddr_storage addr{};
-  socklen_t len = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(*v4);
-  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(*v6);
-  } else {
+  sockaddr_storage addr;
+  socklen_t len;
+  if (!NumericSocketAddress(host, port, &addr, &len)) {
     return absl::InvalidArgumentError(absl::StrCat("probe address ", host, " is not numeric"));
   }
   const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -17,6 +17,7 @@
 #include "CivetServer.h"
 #include "civetweb.h"
 #include "server/bearer_token.h"
+#include "server/numeric_address.h"
 
 namespace decoded::server {
 namespace {
@@ -34,21 +35,9 @@ std::string WakeHost(const std::string& address) {
 // Opens and closes one TCP connection to host:port; errors are ignored (the
 // stop then just takes civetweb's poll quantum).
 void Poke(const std::string& host, int port) {
-  sockaddr_storage addr{};
-  socklen_t len = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(*v4);
-  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(*v6);
-  } else {
-    return;
-  }
+  sockaddr_storage addr;
+  socklen_t len;
+  if (!NumericSocketAddress(host, port, &addr, &len)) return;
   const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), len);

@@ -7,6 +7,7 @@
 #define DECODED_TESTS_SERVER_DAEMON_PROCESS_H_
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -31,12 +32,20 @@ extern char** environ;
 
 namespace decoded::server::e2e {
 
+// How a Daemon is started, beyond its flags.
+struct DaemonLaunch {
+  // A command the daemon runs under, e.g. {"prlimit", "--nofile=1024:4096",
+  // "--"} (looked up on PATH).
+  std::vector<std::string> launcher;
+  // stderr into a pipe the test reads (Log) and may close (CloseStderr),
+  // rather than into a file.
+  bool stderr_pipe = false;
+};
+
 // One daemon process; killed (SIGKILL) if a test leaves it running.
 class Daemon {
  public:
-  // `launcher`: a command the daemon runs under, e.g. {"prlimit",
-  // "--nofile=1024:4096", "--"} (looked up on PATH).
-  explicit Daemon(std::vector<std::string> flags, std::vector<std::string> launcher = {}) {
+  explicit Daemon(std::vector<std::string> flags, DaemonLaunch launch = {}) {
     log_path_ = ::testing::TempDir() + "decoded_" + std::to_string(getpid()) + "_" + std::to_string(++count_) + ".log";
     // DECODED_DAEMON_BINARY runs the tests against another build of the
     // daemon (an older one, or the one in a container image).
@@ -45,40 +54,63 @@ class Daemon {
                                      "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--workers=1",
                                      "--threads=1"};
     args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.begin(), launcher.begin(), launcher.end());
+    args.insert(args.begin(), launch.launcher.begin(), launch.launcher.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int pipe_fds[2] = {-1, -1};
+    if (launch.stderr_pipe && pipe2(pipe_fds, O_CLOEXEC) == 0) {
+      pipe_ = pipe_fds[0];
+      posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
+    } else {
+      posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
     if (posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&actions);
+    if (pipe_fds[1] >= 0) close(pipe_fds[1]);
   }
   ~Daemon() {
+    CloseStderr();
     if (pid_ > 0 && !exited_) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
   }
 
-  std::string Log() const {
-    std::ifstream in(log_path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
+  // What the daemon has written to stderr so far.
+  std::string Log() {
+    if (pipe_ < 0 && piped_.empty()) {
+      std::ifstream in(log_path_);
+      std::stringstream s;
+      s << in.rdbuf();
+      return s.str();
+    }
+    for (pollfd p{pipe_, POLLIN, 0}; pipe_ >= 0 && poll(&p, 1, 0) > 0;) {
+      char buf[4096];
+      const ssize_t n = read(pipe_, buf, sizeof(buf));
+      if (n <= 0) break;
+      piped_.append(buf, static_cast<size_t>(n));
+    }
+    return piped_;
+  }
+  // With DaemonLaunch::stderr_pipe: the daemon's stderr loses its reader.
+  void CloseStderr() {
+    if (pipe_ >= 0) close(pipe_);
+    pipe_ = -1;
   }
 
   // Waits for the log line with the ports; false on timeout or exit.
   bool WaitListening(absl::Duration timeout) {
-    const std::regex re("listening on port ([0-9]+), metrics on port ([0-9]+)");
+    const std::regex re("listening on port ([0-9]+)(, metrics on port ([0-9]+))?");
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline && pid_ > 0) {
       std::smatch m;
       const std::string log = Log();
       if (std::regex_search(log, m, re)) {
         port_ = std::stoi(m[1]);
-        metrics_port_ = std::stoi(m[2]);
+        metrics_port_ = m[3].matched ? std::stoi(m[3]) : 0;
         channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials());
         return true;
       }
@@ -135,6 +167,8 @@ class Daemon {
  private:
   static inline int count_ = 0;
   std::string log_path_;
+  int pipe_ = -1;       // read end of stderr's pipe (DaemonLaunch::stderr_pipe)
+  std::string piped_;   // what came through it
   pid_t pid_ = -1;
   bool exited_ = false;
   int port_ = 0;
