@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -551,6 +552,43 @@ TEST(HardeningTest, AHeaderBlockThatNeverEndsClosesItsConnectionWithBoundedMemor
     EXPECT_EQ(stub->Tokenize(&ctx, big, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   EXPECT_EQ(Metric(*server, "decoded_connections_without_progress_closed_total"), closed);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The daemon's own listener hands TLS connections to gRPC like plaintext
+// ones: turns are served over TLS, a plaintext client is refused without
+// harm to anyone, and the watchdog's probe (closed at accept) sees a live
+// listener. tests/data/tls_test_{cert,key}.pem: a self-signed pair for
+// localhost and 127.0.0.1 (openssl req -x509 -newkey rsa:2048 -nodes
+// -days 36500 -subj /CN=localhost -addext
+// subjectAltName=DNS:localhost,IP:127.0.0.1), for tests only.
+TEST(HardeningTest, TlsIsServedThroughTheDaemonsListener) {
+  DECODED_REQUIRE_REAL_MODEL();
+  ServerOptions so;
+  so.tls_cert_file = decoded::testing::TestDataPath("tls_test_cert.pem");
+  so.tls_key_file = decoded::testing::TestDataPath("tls_test_key.pem");
+  so.listener_probe_interval = absl::Milliseconds(500);
+  auto server = Serve(SmallEngine(1), so);
+  ASSERT_NE(server, nullptr);
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = ReadText(so.tls_cert_file);
+  auto secure = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()), grpc::SslCredentials(tls));
+  EXPECT_EQ(HealthStatus(secure.get()), 1);
+  auto stub = v1::Decoder::NewStub(secure);
+  EXPECT_TRUE(e2e::Solo(*stub, TextTurn("Hello", 2)).ended);
+  auto plain = e2e::ChannelTo(*server);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(HealthStatus(plain.get()), -1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  absl::SleepFor(absl::Seconds(2));  // four probes
+  EXPECT_EQ(HealthStatus(secure.get()), 1) << "the probe took a TLS listener for a dead one";
+  EXPECT_TRUE(e2e::Solo(*stub, TextTurn("Hello", 2)).ended);
 }
 
 // list_services, then file_containing_symbol for the Decoder (the count of
