@@ -377,48 +377,75 @@ TEST(HardeningTest, HeavyTokenizeCallsDoNotStallHealthOrAStream) {
   EXPECT_LT(p99_loaded, std::max(4 * p99_alone, 0.25));
 }
 
+// What a connection's two streams saw: stream 1 streaming a long turn,
+// stream 3 opened beside it with `kib` KiB of metadata.
+struct SharedConnection {
+  bool stream3_refused_by_the_daemon = false;  // its trailers name --max_metadata_bytes
+  bool stream1_went_on = false;                 // DATA on stream 1 after stream 3
+  std::string stream1_error;                    // trailers that ended stream 1, if any
+  bool goaway = false;
+};
+
+SharedConnection MetadataBesideAStream(int port, size_t kib) {
+  SharedConnection seen;
+  RawHttp2 conn(port);
+  conn.SendWindowUpdate(0, 1 << 24);
+  conn.SendHeaderBlock(1, RawHttp2::GrpcHeaders("/decoded.v1.Decoder/Generate"), false);
+  conn.SendMessage(1, TextTurn("Count to one thousand:", 200).SerializeAsString(), false);
+  conn.SendWindowUpdate(1, 1 << 24);
+  conn.Read(absl::Seconds(1));  // tokens flow; the server's SETTINGS are acknowledged
+  conn.SendHeaderBlock(3, RawHttp2::GrpcHeaders("/decoded.v1.Decoder/GetModelInfo",
+                                                {{"x-padding", std::string(kib << 10, 'p')}}),
+                       false);
+  conn.SendMessage(3, "", true);
+  for (const e2e::Http2Frame& f : conn.Read(absl::Seconds(2))) {
+    if (f.type == e2e::kGoaway) seen.goaway = true;
+    if (f.type == e2e::kData && f.stream == 1) seen.stream1_went_on = true;
+    if (f.type == e2e::kHeaders && f.stream == 3 && absl::StrContains(f.payload, "--max_metadata_bytes")) {
+      seen.stream3_refused_by_the_daemon = true;
+    }
+    if (f.type == e2e::kHeaders && f.stream == 1 && absl::StrContains(f.payload, "grpc-status")) {
+      seen.stream1_error = absl::CEscape(f.payload);
+    }
+  }
+  return seen;
+}
+
 // f57ec97: metadata over 8 KiB on one stream ended every stream on that TCP
-// connection (clients share connections between channels). Now that call
-// alone is refused (RESOURCE_EXHAUSTED), whatever its size, and the
-// connection's other streams go on.
+// connection (clients share connections between channels). Now the
+// transport takes up to 1 MiB and the daemon refuses that call alone
+// (RESOURCE_EXHAUSTED naming --max_metadata_bytes); the connection's other
+// streams go on.
 TEST(HardeningTest, OversizedMetadataEndsOnlyItsOwnStream) {
   DECODED_REQUIRE_REAL_MODEL();
   auto server = Serve(SmallEngine(/*max_sessions=*/2));
   ASSERT_NE(server, nullptr);
   for (size_t kib : {16, 256}) {
     SCOPED_TRACE(absl::StrCat(kib, " KiB of metadata"));
-    RawHttp2 conn(server->port());
-    ASSERT_TRUE(conn.connected());
-    conn.SendWindowUpdate(0, 1 << 24);
-    // Stream 1: a long turn, streaming.
-    v1::GenerateRequest turn = TextTurn("Count to one thousand:", 200);
-    conn.SendHeaderBlock(1, RawHttp2::GrpcHeaders("/decoded.v1.Decoder/Generate"), false);
-    conn.SendMessage(1, turn.SerializeAsString(), false);
-    conn.SendWindowUpdate(1, 1 << 24);
-    auto data_on = [](const std::vector<e2e::Http2Frame>& frames, uint32_t stream) {
-      return std::count_if(frames.begin(), frames.end(),
-                           [&](const e2e::Http2Frame& f) { return f.type == e2e::kData && f.stream == stream; });
-    };
-    EXPECT_GT(data_on(conn.Read(absl::Seconds(1)), 1), 0);
-    // Stream 3 on the same connection, with the oversized metadata.
-    conn.SendHeaderBlock(3, RawHttp2::GrpcHeaders("/decoded.v1.Decoder/GetModelInfo",
-                                                  {{"x-padding", std::string(kib << 10, 'p')}}),
-                         false);
-    conn.SendMessage(3, "", true);
-    std::vector<e2e::Http2Frame> after = conn.Read(absl::Seconds(2));
-    bool refused = false;
-    for (const e2e::Http2Frame& f : after) {
-      if (f.type == e2e::kHeaders && f.stream == 3 && absl::StrContains(f.payload, "--max_metadata_bytes")) {
-        refused = true;
-      }
-      EXPECT_NE(f.type, e2e::kGoaway) << "the whole connection was ended";
-    }
-    std::string seen;
-    for (const e2e::Http2Frame& f : after) absl::StrAppend(&seen, " ", int{f.type}, "/", f.stream, f.type == 1 ? absl::CEscape(f.payload.substr(0, 200)) : "");
-    EXPECT_TRUE(refused) << seen;
-    EXPECT_GT(data_on(after, 1), 0) << "stream 1 stopped:" << seen;
-    EXPECT_TRUE(conn.open());
+    const SharedConnection seen = MetadataBesideAStream(server->port(), kib);
+    EXPECT_TRUE(seen.stream3_refused_by_the_daemon);
+    EXPECT_TRUE(seen.stream1_went_on) << seen.stream1_error;
+    EXPECT_TRUE(seen.stream1_error.empty()) << seen.stream1_error;
+    EXPECT_FALSE(seen.goaway);
   }
+}
+
+// Inside gRPC 1.51, beyond the daemon's reach: metadata over the transport's
+// own limit (kMaxMetadataTransportBytes, 1 MiB) fails the other streams of
+// its connection too ("received initial metadata size exceeds limit"). This
+// test holds that behaviour down so that a gRPC that stops doing it shows up;
+// docs/deploy.md gives the mitigation (a proxy's header limit, e.g. Envoy's
+// max_request_headers_kb, 60 KiB by default, in front).
+TEST(HardeningTest, MetadataOverTheTransportLimitStillEndsTheConnectionsOtherStreams) {
+  DECODED_REQUIRE_REAL_MODEL();
+  auto server = Serve(SmallEngine(/*max_sessions=*/2));
+  ASSERT_NE(server, nullptr);
+  const SharedConnection seen = MetadataBesideAStream(server->port(), (kMaxMetadataTransportBytes >> 10) * 2);
+  EXPECT_FALSE(seen.stream3_refused_by_the_daemon);
+  EXPECT_TRUE(absl::StrContains(seen.stream1_error, "metadata size exceeds limit")) << seen.stream1_error;
+  // The daemon itself serves on.
+  auto stub = v1::Decoder::NewStub(e2e::ChannelTo(*server));
+  EXPECT_TRUE(e2e::Solo(*stub, TextTurn("Hello", 2)).ended);
 }
 
 // f57ec97: 20k streams opened and reset in 5-7 s raised a streaming client's
