@@ -45,6 +45,7 @@
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/decoded.grpc.pb.h"
+#include "server/unknown_flags.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "daemon address");
 ABSL_FLAG(std::string, auth_token, "", "bearer token, if the daemon requires one");
@@ -177,6 +178,9 @@ absl::StatusOr<Input> ReadInput() {
   if (!has_mode) {
     return absl::InvalidArgumentError(
         "give --prompt TEXT, --chat, --perplexity FILE, --tokenize, --info or --health");
+  }
+  if (absl::GetFlag(FLAGS_tokenize) && absl::GetFlag(FLAGS_prompt).empty()) {
+    return absl::InvalidArgumentError("--tokenize needs --prompt TEXT");
   }
   if (absl::GetFlag(FLAGS_health) && !(absl::GetFlag(FLAGS_health_timeout_seconds) > 0)) {
     return absl::InvalidArgumentError("--health_timeout_seconds must be > 0");
@@ -344,8 +348,12 @@ int main(int argc, char** argv) {
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "client/main.cc"); };
   absl::SetFlagsUsageConfig(usage);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   constexpr int kServerError = 1, kBadInput = 2;
+  if (std::optional<std::string> unknown = decoded::FirstUnknownFlag(argc, argv)) {
+    std::cerr << "decoded-cli: unknown flag --" << *unknown << " (decoded-cli --help lists them)\n";
+    return kBadInput;
+  }
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::cerr << "decoded-cli: unexpected argument '" << rest[1] << "' (the prompt is given with --prompt)\n";
     return kBadInput;

@@ -13,7 +13,7 @@
 namespace decoded::server {
 
 DecoderService::DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool,
-                               ResetGuard* resets, ConnectionProgress* progress,
+                               ResetGuard* resets, ClientConnections* progress,
                                const DecoderServiceOptions& options)
     : metrics_(metrics),
       turn_pool_(turn_pool),
@@ -22,7 +22,7 @@ DecoderService::DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, R
       progress_(progress),
       auth_token_(options.auth_token),
       max_metadata_bytes_(options.max_metadata_bytes),
-      streams_(options.max_streams),
+      streams_(options.max_streams, options.max_streams_per_peer),
       peers_(options.max_sessions_per_peer) {}
 
 bool DecoderService::Authorized(const grpc::CallbackServerContext& context) const {

@@ -24,7 +24,7 @@
 
 #include "engine/serving/engine.h"
 #include "proto/decoded.grpc.pb.h"
-#include "server/connection_progress.h"
+#include "server/client_connections.h"
 #include "server/metrics.h"
 #include "server/peer_sessions.h"
 #include "server/request_pool.h"
@@ -46,6 +46,7 @@ struct DecoderServiceOptions {
   std::string auth_token;
   int max_streams = 1024;         // open Generate streams (StreamRegistry)
   int max_sessions_per_peer = 0;  // PeerSessions; 0: no limit
+  int max_streams_per_peer = 0;   // StreamRegistry; 0: no limit
   // Request metadata (names + values + 32 bytes per entry, as HPACK counts,
   // RFC 7541 section 4.1) beyond which a call is refused on its own with
   // RESOURCE_EXHAUSTED.
@@ -58,7 +59,7 @@ class DecoderService final : public DecoderServiceBase {
   // `resets` may be null (no limit on the rate of client resets), as may
   // `progress` (no connection progress reported).
   DecoderService(ServerMetrics* metrics, RequestPool* turn_pool, RequestPool* utility_pool, ResetGuard* resets,
-                 ConnectionProgress* progress, const DecoderServiceOptions& options);
+                 ClientConnections* progress, const DecoderServiceOptions& options);
 
   // `engine` must outlive every RPC (the server shuts down before it goes).
   void AttachEngine(serving::Engine* engine) { engine_.store(engine); }
@@ -92,7 +93,7 @@ class DecoderService final : public DecoderServiceBase {
   RequestPool* const turn_pool_;
   RequestPool* const utility_pool_;
   ResetGuard* const resets_;
-  ConnectionProgress* const progress_;
+  ClientConnections* const progress_;
   const std::string auth_token_;
   const int64_t max_metadata_bytes_;
   std::atomic<serving::Engine*> engine_{nullptr};

@@ -19,13 +19,16 @@ const char kShuttingDown[] = "the server is shutting down; continue the conversa
 
 GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const StreamServices& services,
                                  absl::Status refuse)
-    : context_(context), services_(services), peer_(context->peer()) {
-  if (services_.progress != nullptr) services_.progress->NoteProgress(peer_);
+    : context_(context),
+      services_(services),
+      grpc_peer_(context->peer()),
+      peer_(services.progress != nullptr ? services.progress->ClientPeer(grpc_peer_) : grpc_peer_) {
+  if (services_.progress != nullptr) services_.progress->NoteProgress(grpc_peer_);
   if (services_.engine == nullptr || !refuse.ok()) {
     Refuse(refuse.ok() ? absl::UnavailableError("the model is not loaded") : refuse);
     return;
   }
-  if (absl::Status added = services_.registry->Add(this); !added.ok()) {
+  if (absl::Status added = services_.registry->Add(this, peer_); !added.ok()) {
     // A drain began after the service's readiness check, or --max_streams.
     Refuse(absl::IsUnavailable(added) ? absl::UnavailableError(kShuttingDown) : added);
     return;
@@ -66,7 +69,7 @@ void GenerateReactor::OnReadDone(bool ok) {
     absl::MutexLock lock(&mu_);
     last_client_activity_ = Clock::now();
   }
-  if (services_.progress != nullptr) services_.progress->NoteProgress(peer_);
+  if (services_.progress != nullptr) services_.progress->NoteProgress(grpc_peer_);
   HandleRequest();
 }
 
@@ -92,6 +95,7 @@ void GenerateReactor::HandleRequest() {
         finish = TakeFinishLocked();
       } else {
         preparing_turn_ = true;
+        had_turn_ = true;
       }
     }
     if (draining) {
@@ -333,15 +337,18 @@ void GenerateReactor::StartDrain() {
   FinishOutsideLock(finish);
 }
 
-void GenerateReactor::ExpireIfIdle(Clock::time_point now, std::chrono::nanoseconds timeout) {
+void GenerateReactor::ExpireIfIdle(Clock::time_point now, const IdleTimeouts& timeouts) {
   std::optional<grpc::Status> finish;
   bool idle = false;
   bool stalled = false;
   {
     absl::MutexLock lock(&mu_);
     if (finish_status_ || draining_ || cancelled_) return;
+    const std::chrono::nanoseconds timeout = had_turn_ ? timeouts.idle_session : timeouts.first_turn;
     if (turns_in_flight_ == 0 && !preparing_turn_) {
-      idle = now - std::max(last_client_activity_, last_turn_activity_) >= timeout;
+      // Only turns are work: a client that sends cancels or acks and nothing
+      // else is idle all the same.
+      idle = now - last_turn_activity_ >= timeout;
     } else if (turns_in_flight_ > 0) {
       // A turn parked on a client that takes none of its events.
       const bool write_stuck = writing_ && now - write_started_ >= timeout;
@@ -355,8 +362,9 @@ void GenerateReactor::ExpireIfIdle(Clock::time_point now, std::chrono::nanosecon
     if (idle) {
       RequestFinishLocked(grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrCat("the stream had no turn for ", seconds,
-                       " s (--idle_session_seconds); its session is closed: open a new stream to continue")));
+          had_turn_ ? absl::StrCat("the stream had no turn for ", seconds,
+                                   " s (--idle_session_seconds); its session is closed: open a new stream to continue")
+                    : absl::StrCat("the stream sent no turn within ", seconds, " s of opening (--first_turn_seconds)")));
       finish = TakeFinishLocked();
     } else {
       RequestFinishLocked(grpc::Status(
@@ -390,7 +398,7 @@ void GenerateReactor::OnCancel() {
   // turn must stop after its current step. Never blocks this gRPC thread.
   CloseSession();
   FinishOutsideLock(finish);
-  if (reset_by_client && registered_ && services_.resets != nullptr) services_.resets->StreamReset(peer_);
+  if (reset_by_client && registered_ && services_.resets != nullptr) services_.resets->StreamReset(grpc_peer_);
 }
 
 void GenerateReactor::OnDone() {

@@ -28,14 +28,16 @@
 //                 and starts the next queued write, or the pending Finish.
 //                 On a stream whose first turn set acknowledge_events, the
 //                 client's Ack messages tell it instead.
-//   ExpireIfIdle  (the server's watchdog, every half second) ends a stream
-//                 idle for --idle_session_seconds: with no turn in flight
-//                 and no message from the client in that time, it finishes
-//                 with DEADLINE_EXCEEDED and its session is closed; with a
-//                 turn stalled on a client that has taken none of its events
-//                 in that time (a write outstanding, or events unacknowledged),
-//                 the call is cancelled (a status could not reach a client that
-//                 does not read).
+//   ExpireIfIdle  (the server's watchdog, every half second) ends an idle
+//                 stream: one that sent no turn within --first_turn_seconds
+//                 of opening, or had no turn in flight for
+//                 --idle_session_seconds (cancels and acks do not count: only
+//                 turns are work) finishes with DEADLINE_EXCEEDED naming the
+//                 flag, and its session is closed; one with a turn stalled on
+//                 a client that has taken none of its events for
+//                 --idle_session_seconds (a write outstanding, or events
+//                 unacknowledged) has its call cancelled (a status could not
+//                 reach a client that does not read).
 //   StartDrain    (server drain) refuses new turns; finishes an idle stream
 //                 at once with UNAVAILABLE, else right after its turn's
 //                 TurnEnd (a turn cut by shutdown ends with SHUTDOWN first).
@@ -66,7 +68,7 @@
 #include "engine/serving/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/decoded.grpc.pb.h"
-#include "server/connection_progress.h"
+#include "server/client_connections.h"
 #include "server/metrics.h"
 #include "server/peer_sessions.h"
 #include "server/request_pool.h"
@@ -83,7 +85,7 @@ struct StreamServices {
   RequestPool* turn_pool = nullptr;  // opens sessions, tokenizes and submits turns
   PeerSessions* peers = nullptr;     // --max_sessions_per_peer
   ResetGuard* resets = nullptr;      // streams the client resets; may be null
-  ConnectionProgress* progress = nullptr;  // calls started, messages read; may be null
+  ClientConnections* progress = nullptr;  // calls started, messages read; may be null
 };
 
 // Reads and writes are raw: requests are parsed by ParseRequest, responses
@@ -110,7 +112,7 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   bool TryRef() override;
   void Unref() override;
   void StartDrain() override;
-  void ExpireIfIdle(std::chrono::steady_clock::time_point now, std::chrono::nanoseconds timeout) override;
+  void ExpireIfIdle(std::chrono::steady_clock::time_point now, const IdleTimeouts& timeouts) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -164,7 +166,8 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
 
   grpc::CallbackServerContext* const context_;  // valid until OnDone (see cancel_mu_)
   const StreamServices services_;
-  const std::string peer_;  // context_->peer(), read once
+  const std::string grpc_peer_;  // context_->peer(), read once: names the connection
+  const std::string peer_;       // the client's (ClientConnections::ClientPeer): per-client limits
   bool registered_ = false;
   // One reference for gRPC (until OnDone), one for the engine session (until
   // its release), one for a queued turn task, and transient ones taken by the
@@ -195,7 +198,8 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   // Last time the client did something: a message, a write taken by the
   // transport (or, acknowledged, an Ack), the stream's start.
   Clock::time_point last_client_activity_ ABSL_GUARDED_BY(mu_);
-  Clock::time_point last_turn_activity_ ABSL_GUARDED_BY(mu_);  // a token or TurnEnd
+  Clock::time_point last_turn_activity_ ABSL_GUARDED_BY(mu_);  // the stream's start, a turn, a token, a TurnEnd
+  bool had_turn_ ABSL_GUARDED_BY(mu_) = false;                 // a turn was ever handed to the turn pool
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // OnCancel ran

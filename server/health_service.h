@@ -32,7 +32,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 
   // Starts NOT_SERVING. `on_call`, if set, is told the peer of every call
-  // (the listener's connection progress, server/connection_progress.h).
+  // (the listener's connection progress, server/client_connections.h).
   explicit HealthService(std::vector<std::string> services,
                          std::function<void(const std::string& grpc_peer)> on_call = nullptr);
   // The server must have been shut down (no call left) before.

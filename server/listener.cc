@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/peer_sessions.h"
 
 namespace decoded::server {
 namespace {
@@ -139,6 +140,8 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Bind(const ListenerOptions& 
 
   std::unique_ptr<Listener> listener(new Listener());
   listener->max_connections_ = options.max_connections;
+  listener->max_connections_per_peer_ = options.max_connections_per_peer;
+  listener->guard_ = options.guard;
   absl::Status failed;
   int port = 0;
   for (addrinfo* a : addrs) {
@@ -298,6 +301,9 @@ bool Listener::AcceptReady(int fd) {
 
     bool refuse = false;
     bool probe = false;
+    std::string refusal;
+    const std::string peer = GrpcPeer(conn);
+    const std::string address = PeerSessions::PeerAddress(peer);
     {
       absl::MutexLock lock(&mu_);
       if (!probe_ports_.empty()) {
@@ -310,18 +316,22 @@ bool Listener::AcceptReady(int fd) {
         }
       }
       if (!probe && static_cast<int>(open_.size()) >= max_connections_) RefreshOpenLocked(/*force=*/false);
+      if (!probe && max_connections_per_peer_ > 0 && per_address_[address] >= max_connections_per_peer_) {
+        RefreshOpenLocked(/*force=*/false);
+      }
       if (probe) {
         // Closed below: the prober sees the accept.
       } else if (static_cast<int>(open_.size()) >= max_connections_) {
         refuse = true;
         ++refused_total_;
+        refusal = absl::StrCat(max_connections_, " connections are open (--max_connections)");
+      } else if (max_connections_per_peer_ > 0 && per_address_[address] >= max_connections_per_peer_) {
+        refuse = true;
+        ++refused_total_;
+        refusal = absl::StrCat(address, " holds ", max_connections_per_peer_,
+                               " connections (--max_connections_per_peer)");
       } else {
-        struct stat st{};
-        fstat(conn, &st);
-        Connection c{st.st_dev, st.st_ino, GrpcPeer(conn)};
-        if (auto old = open_.find(conn); old != open_.end()) by_peer_.erase(old->second.peer);
-        by_peer_[c.peer] = conn;
-        open_[conn] = std::move(c);
+        ++per_address_[address];  // taken now: the guard's pair is made outside the lock
         ++accepted_total_;
       }
     }
@@ -331,15 +341,46 @@ bool Listener::AcceptReady(int fd) {
     }
     if (refuse) {
       close(conn);
-      LogThrottled(absl::StrCat(max_connections_, " connections are open (--max_connections); closing new ones"));
+      LogThrottled(absl::StrCat("closing new connections: ", refusal));
       continue;
     }
     const int one = 1;
     setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // What gRPC gets: the client's socket, or the guard's end of its relay.
+    int handed = conn;
+    std::string grpc_peer = peer;
+    if (guard_ != nullptr) {
+      absl::StatusOr<int> relayed = guard_->Adopt(conn, peer);  // owns `conn` from here
+      if (!relayed.ok()) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (auto a = per_address_.find(address); a != per_address_.end() && --a->second <= 0) per_address_.erase(a);
+          ++accept_errors_total_;
+        }
+        LogThrottled(std::string(relayed.status().message()));
+        continue;
+      }
+      handed = *relayed;
+      grpc_peer = guard_->GrpcPeerOf(handed);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      struct stat st{};
+      fstat(handed, &st);
+      if (auto old = open_.find(handed); old != open_.end()) ForgetLocked(old);
+      by_peer_[grpc_peer] = handed;
+      Connection c;
+      c.dev = st.st_dev;
+      c.ino = st.st_ino;
+      c.peer = grpc_peer;
+      c.address = address;
+      c.relayed = guard_ != nullptr;
+      open_[handed] = std::move(c);
+    }
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
     params.listener_fd = fd;
-    params.fd = conn;
-    acceptor_->HandleNewConnection(&params);  // owns `conn` from here
+    params.fd = handed;
+    acceptor_->HandleNewConnection(&params);  // owns `handed` from here
   }
 }
 
@@ -351,12 +392,23 @@ void Listener::RefreshOpenLocked(bool force) {
     struct stat st{};
     // Closed by gRPC, or the number now names another file.
     if (fstat(it->first, &st) != 0 || st.st_dev != it->second.dev || st.st_ino != it->second.ino) {
-      if (auto p = by_peer_.find(it->second.peer); p != by_peer_.end() && p->second == it->first) by_peer_.erase(p);
-      open_.erase(it++);
+      ForgetLocked(it++);
     } else {
       ++it;
     }
   }
+}
+
+void Listener::ForgetLocked(absl::flat_hash_map<int, Connection>::iterator it) {
+  if (auto p = by_peer_.find(it->second.peer); p != by_peer_.end() && p->second == it->first) by_peer_.erase(p);
+  if (auto a = per_address_.find(it->second.address); a != per_address_.end() && --a->second <= 0) {
+    per_address_.erase(a);
+  }
+  open_.erase(it);
+}
+
+std::string Listener::ClientPeer(const std::string& grpc_peer) const {
+  return guard_ == nullptr ? grpc_peer : guard_->ClientPeer(grpc_peer);
 }
 
 void Listener::CheckProgressLocked() {
@@ -372,7 +424,7 @@ void Listener::CheckProgressLocked() {
     trim_at_ = absl::InfiniteFuture();
   }
   for (auto& [fd, c] : open_) {
-    if (c.closing) continue;
+    if (c.closing || c.relayed) continue;
     const uint64_t received = BytesReceived(fd);
     const uint64_t without_progress = received - std::min(received, c.progress_bytes);
     if (without_progress <= static_cast<uint64_t>(kMaxBytesWithoutProgress)) continue;

@@ -9,9 +9,10 @@
 // (and TLS) handshake as a port gRPC listens on.
 //
 // What the accept thread guarantees:
-//   - At most `max_connections` accepted connections are open at a time; one
-//     more is closed at once (the client sees the connection reset or closed
-//     and retries with backoff) and counted in Stats().refused_total.
+//   - At most `max_connections` accepted connections are open at a time, and
+//     at most `max_connections_per_peer` of one client address; one more is
+//     closed at once (the client sees the connection reset or closed and
+//     retries with backoff) and counted in Stats().refused_total.
 //   - Out of file descriptors (EMFILE/ENFILE) the listener keeps going: it
 //     gives up a spare descriptor it holds for the purpose, accepts and
 //     closes the waiting connection (so the client is told at once instead of
@@ -21,8 +22,12 @@
 //     closed, EBADF/EINVAL/ENOTSOCK) is reported once to `on_failure`; the
 //     accept thread then stops.
 //
-//   - A connection that sends more than kMaxBytesWithoutProgress bytes
-//     without progress is closed (shutdown(2); gRPC sees it end). The bytes
+//   - With a guard (plaintext), every connection is relayed through it
+//     (server/http2_guard.h), which bounds header blocks and resets at the
+//     frame level.
+//   - Without one (TLS: frames unreadable), a connection that sends more than
+//     kMaxBytesWithoutProgress bytes without progress is closed (shutdown(2);
+//     gRPC sees it end). The bytes
 //     are the kernel's count (TCP_INFO tcpi_bytes_received); progress is
 //     reported by the services (NoteProgress) at each call they start and
 //     each message they read. This bounds what gRPC 1.51 does with a header
@@ -63,7 +68,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server_builder.h"
-#include "server/connection_progress.h"
+#include "server/client_connections.h"
+#include "server/http2_guard.h"
 
 namespace decoded::server {
 
@@ -72,6 +78,14 @@ struct ListenerOptions {
   // picks a free port. A host name binds every address it resolves to.
   std::string address = "127.0.0.1:50051";
   int max_connections = 1024;  // >= 1
+  // Connections of one client address (IP, any port); 0: no limit. Behind a
+  // proxy all connections come from the proxy, which keeps few (one per
+  // worker thread in Envoy's HTTP/2 pool).
+  int max_connections_per_peer = 0;
+  // Relays every connection through this guard (plaintext only: it reads
+  // frame headers), which must outlive the listener. Null: gRPC gets the
+  // client's socket itself (TLS).
+  Http2Guard* guard = nullptr;
   int backlog = 1024;          // listen(2) backlog
 };
 
@@ -89,7 +103,7 @@ struct ListenerStats {
   int64_t closed_without_progress_total = 0;  // kMaxBytesWithoutProgress exceeded
 };
 
-class Listener final : public ConnectionProgress {
+class Listener final : public ClientConnections {
  public:
   // Binds and listens (SO_REUSEADDR, never SO_REUSEPORT: a second daemon on
   // the same port must fail). UNAVAILABLE when the address is in use or
@@ -131,6 +145,7 @@ class Listener final : public ConnectionProgress {
   // `grpc_peer`: its progress budget starts again from the bytes received so
   // far. Unknown peers are ignored. Any thread.
   void NoteProgress(const std::string& grpc_peer) override ABSL_LOCKS_EXCLUDED(mu_);
+  std::string ClientPeer(const std::string& grpc_peer) const override;
 
  private:
   Listener() = default;
@@ -142,6 +157,7 @@ class Listener final : public ConnectionProgress {
   void RefreshOpenLocked(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the connections over their progress budget (every 250 ms).
   void CheckProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   void LogThrottled(const std::string& message);
 
   std::vector<int> fds_;  // listening sockets
@@ -150,6 +166,8 @@ class Listener final : public ConnectionProgress {
   int port_ = 0;
   std::string local_host_;
   int max_connections_ = 0;
+  int max_connections_per_peer_ = 0;
+  Http2Guard* guard_ = nullptr;
   grpc::experimental::ExternalConnectionAcceptor* acceptor_ = nullptr;
   std::function<void(const absl::Status&)> on_failure_;
   std::thread thread_;
@@ -159,13 +177,19 @@ class Listener final : public ConnectionProgress {
   struct Connection {
     dev_t dev;  // the socket's identity: the descriptor may be reused once gRPC closes it
     ino_t ino;
-    std::string peer;               // gRPC's spelling of the client's address
+    std::string peer;               // what gRPC reports as the peer (loopback when relayed)
+    std::string address;            // the client's address, without its port
+    bool relayed = false;           // through the guard, which bounds header blocks itself
     uint64_t progress_bytes = 0;    // tcpi_bytes_received at the last progress
     bool closing = false;           // shut down for want of progress
   };
+  // Drops a connection gRPC has closed from every table.
+  void ForgetLocked(absl::flat_hash_map<int, Connection>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Accepted descriptor -> its connection, while open; and peer -> descriptor.
   absl::flat_hash_map<int, Connection> open_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> by_peer_ ABSL_GUARDED_BY(mu_);
+  // Client address (no port) -> open connections.
+  absl::flat_hash_map<std::string, int> per_address_ ABSL_GUARDED_BY(mu_);
   absl::Time last_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_progress_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t closed_without_progress_total_ ABSL_GUARDED_BY(mu_) = 0;

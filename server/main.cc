@@ -41,11 +41,13 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/cpu_isa.h"
+#include "google/protobuf/stubs/logging.h"
 #include "engine/serving/engine.h"
 #include "server/cpu_budget.h"
 #include "server/model_file_watch.h"
 #include "server/server.h"
 #include "server/signals.h"
+#include "server/unknown_flags.h"
 
 namespace {
 
@@ -65,6 +67,23 @@ constexpr int kExitModelFileChanged = 4;
 // gRPC's and the workers' eventfds and epoll, the listener's spare, logs.
 constexpr int64_t kReservedDescriptors = 128;
 constexpr int kDefaultMaxConnections = 1024;
+
+// Protobuf's own log lines (a request field that is not UTF-8 in a typed
+// call, ...) at most once a second, so a client cannot flood the log.
+void ThrottledProtobufLog(google::protobuf::LogLevel level, const char* filename, int line,
+                          const std::string& message) {
+  static std::atomic<int64_t> last_ms{0};
+  static std::atomic<int64_t> suppressed{0};
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  int64_t last = last_ms.load();
+  if (now_ms - last < 1000 || !last_ms.compare_exchange_strong(last, now_ms)) {
+    suppressed.fetch_add(1);
+    return;
+  }
+  std::cerr << "decoded: protobuf: " << message;
+  if (const int64_t n = suppressed.exchange(0); n > 0) std::cerr << " (and " << n << " more in the last seconds)";
+  std::cerr << "\n";
+}
 
 // The first stop wins: a signal, a failed listener, a changed model file.
 class StopRequest {
@@ -134,6 +153,10 @@ ABSL_FLAG(int, max_sessions, 16,
           "sessions (KV caches) open at once; a stream takes one with its first turn, beyond: RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_sessions_per_peer, 0,
           "sessions one client address may hold (0: no limit; behind a proxy every client is the proxy)");
+ABSL_FLAG(int, max_streams_per_peer, 256,
+          "Generate streams one client address may hold open (0: no limit; raise it behind a busy proxy)");
+ABSL_FLAG(int, max_connections_per_peer, 64,
+          "connections one client address may hold open; more are closed at accept (0: no limit)");
 ABSL_FLAG(int, max_batch, 16,
           "decode sessions a worker steps together in one plan run (continuous batching; 1 = one at a time, <= 64)");
 ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");
@@ -146,6 +169,8 @@ ABSL_FLAG(int, max_streams, 1024, "Generate streams open at once, with or withou
 ABSL_FLAG(int, max_stream_resets_per_second, 500,
           "a connection whose client resets streams faster than this (twice as many at once) is closed (HTTP/2 "
           "Rapid Reset); 0: no limit");
+ABSL_FLAG(int, first_turn_seconds, 30,
+          "a Generate stream that sends no turn this long after opening ends (DEADLINE_EXCEEDED); 0: never");
 ABSL_FLAG(int, idle_session_seconds, 300,
           "a Generate stream with no turn for this long ends (DEADLINE_EXCEEDED) and frees its session, as does "
           "a turn whose client takes none of its events for this long; 0: never");
@@ -154,6 +179,7 @@ ABSL_FLAG(int64_t, max_text_bytes, int64_t{1} << 20,
           "16 more bytes per message), Detokenize's reply");
 ABSL_FLAG(int, max_chat_messages, 4096, "most messages in one chat turn");
 ABSL_FLAG(int, max_token_ids, 131072, "most token ids in one request (Detokenize, a token turn)");
+ABSL_FLAG(int, max_stop_sequences, 16, "most stop sequences in one turn (stop token ids: at most 1024)");
 ABSL_FLAG(int64_t, max_metadata_bytes, 8192,
           "largest request metadata (HPACK sizes: names + values + 32 per entry); beyond, that call alone gets "
           "RESOURCE_EXHAUSTED");
@@ -204,16 +230,20 @@ int main(int argc, char** argv) {
     stop.Request(absl::StrCat(name, ", draining"), kExitSignal);
   });
 
+  google::protobuf::SetLogHandler(&ThrottledProtobufLog);
   absl::SetProgramUsageMessage("decoded --model FILE [--listen ADDR] [--workers N] ...");
   // --help lists this file's flags (absl matches flags by their defining file).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); };
   absl::SetFlagsUsageConfig(usage);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   auto bad_flags = [](const std::string& message) {
     std::cerr << "decoded: " << message << "\n";
     return kExitBadFlags;
   };
+  if (std::optional<std::string> unknown = decoded::FirstUnknownFlag(argc, argv)) {
+    return bad_flags(absl::StrCat("unknown flag --", *unknown, " (decoded --help lists them)"));
+  }
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     return bad_flags(absl::StrCat("unexpected argument '", rest[1], "' (the model is given with --model)"));
   }
@@ -225,13 +255,14 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_max_connections) < 0 || absl::GetFlag(FLAGS_max_streams_per_connection) < 1 ||
       absl::GetFlag(FLAGS_max_streams) < 1 || absl::GetFlag(FLAGS_max_sessions_per_peer) < 0 ||
-      absl::GetFlag(FLAGS_max_stream_resets_per_second) < 0 ||
+      absl::GetFlag(FLAGS_max_stream_resets_per_second) < 0 || absl::GetFlag(FLAGS_max_streams_per_peer) < 0 ||
+      absl::GetFlag(FLAGS_max_connections_per_peer) < 0 || absl::GetFlag(FLAGS_first_turn_seconds) < 0 ||
       absl::GetFlag(FLAGS_idle_session_seconds) < 0 || absl::GetFlag(FLAGS_listener_probe_seconds) < 0 ||
       absl::GetFlag(FLAGS_turn_queue) < 1 || absl::GetFlag(FLAGS_utility_queue) < 1 ||
       absl::GetFlag(FLAGS_max_metadata_bytes) < 1) {
     return bad_flags(
-        "--max_connections, --max_sessions_per_peer, --max_stream_resets_per_second, --idle_session_seconds and "
-        "--listener_probe_seconds must be "
+        "--max_connections, the --max_*_per_peer flags, --max_stream_resets_per_second, --first_turn_seconds, "
+        "--idle_session_seconds and --listener_probe_seconds must be "
         ">= 0; --max_streams_per_connection, --max_streams, --turn_queue, --utility_queue and "
         "--max_metadata_bytes >= 1");
   }
@@ -271,9 +302,11 @@ int main(int argc, char** argv) {
   }
 
   // Connections are file descriptors: the limit must hold them all, or
-  // accepting one more fails.
+  // accepting one more fails. A plaintext connection is relayed through the
+  // HTTP/2 guard (server/http2_guard.h): three descriptors; a TLS one, one.
   const int64_t open_files = RaiseOpenFilesLimit();
-  const int64_t room = open_files - kReservedDescriptors;
+  const int64_t per_connection = absl::GetFlag(FLAGS_tls_cert).empty() ? 3 : 1;
+  const int64_t room = (open_files - kReservedDescriptors) / per_connection;
   int max_connections = absl::GetFlag(FLAGS_max_connections);
   if (max_connections == 0) {
     if (room < 16) {
@@ -284,13 +317,48 @@ int main(int argc, char** argv) {
     max_connections = static_cast<int>(std::min<int64_t>(kDefaultMaxConnections, room));
   } else if (max_connections > room) {
     return bad_flags(absl::StrCat("--max_connections ", max_connections, " needs ",
-                                  max_connections + kReservedDescriptors,
+                                  max_connections * per_connection + kReservedDescriptors,
                                   " file descriptors; the open files limit is ", open_files,
                                   " (raise it, or lower --max_connections)"));
   }
   std::cerr << "decoded: at most " << max_connections << " connections, "
             << absl::GetFlag(FLAGS_max_streams_per_connection) << " streams each, "
             << absl::GetFlag(FLAGS_max_streams) << " Generate streams in all\n";
+
+  decoded::serving::EngineOptions engine_options;
+  engine_options.model_path = absl::GetFlag(FLAGS_model);
+  engine_options.mmap_weights = absl::GetFlag(FLAGS_mmap);
+  engine_options.workers = workers;
+  engine_options.threads_per_worker = threads;
+  engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  engine_options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
+  engine_options.context_length = absl::GetFlag(FLAGS_context_length);
+  engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);
+  engine_options.parse_special_in_chat_content = absl::GetFlag(FLAGS_chat_content_specials);
+  engine_options.limits.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
+  engine_options.limits.max_chat_messages = absl::GetFlag(FLAGS_max_chat_messages);
+  engine_options.limits.max_token_ids = absl::GetFlag(FLAGS_max_token_ids);
+  engine_options.limits.max_stop_sequences = absl::GetFlag(FLAGS_max_stop_sequences);
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().empty()) {
+      return bad_flags(absl::StrCat("--chat_template ", path, ": cannot read a template from it"));
+    }
+    engine_options.chat_template = text.str();
+  }
+  int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
+  if (kv_budget_mb < 0) {
+    const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    kv_budget_mb = physical / (1 << 20) * 3 / 4;
+  }
+  engine_options.kv_budget_bytes = kv_budget_mb * (int64_t{1} << 20);
+  // Every engine option is checked before the server starts and the model loads.
+  if (absl::Status valid = decoded::serving::CheckEngineOptions(engine_options); !valid.ok()) {
+    return bad_flags(absl::StrCat(valid.message(), " (the flag of that name)"));
+  }
 
   decoded::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
@@ -305,6 +373,10 @@ int main(int argc, char** argv) {
   server_options.max_streams = absl::GetFlag(FLAGS_max_streams);
   server_options.max_sessions_per_peer = absl::GetFlag(FLAGS_max_sessions_per_peer);
   server_options.max_stream_resets_per_second = absl::GetFlag(FLAGS_max_stream_resets_per_second);
+  server_options.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer);
+  server_options.max_connections_per_peer = absl::GetFlag(FLAGS_max_connections_per_peer);
+  const int first_turn = absl::GetFlag(FLAGS_first_turn_seconds);
+  server_options.first_turn_timeout = first_turn == 0 ? absl::InfiniteDuration() : absl::Seconds(first_turn);
   server_options.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
   const int idle = absl::GetFlag(FLAGS_idle_session_seconds);
   server_options.idle_session_timeout = idle == 0 ? absl::InfiniteDuration() : absl::Seconds(idle);
@@ -323,41 +395,14 @@ int main(int argc, char** argv) {
   auto server = decoded::server::DecodedServer::Start(server_options);
   if (!server.ok()) {
     std::cerr << "decoded: " << server.status() << "\n";
-    return kExitFailed;
+    // A bad address or TLS files are flags that cannot hold; an address in
+    // use is the machine's state.
+    return absl::IsInvalidArgument(server.status()) ? kExitBadFlags : kExitFailed;
   }
   std::cerr << "decoded: listening on port " << (*server)->port();
   if ((*server)->metrics_port() > 0) std::cerr << ", metrics on port " << (*server)->metrics_port();
   std::cerr << ", loading " << absl::GetFlag(FLAGS_model) << "\n";
 
-  decoded::serving::EngineOptions engine_options;
-  engine_options.model_path = absl::GetFlag(FLAGS_model);
-  engine_options.mmap_weights = absl::GetFlag(FLAGS_mmap);
-  engine_options.workers = workers;
-  engine_options.threads_per_worker = threads;
-  engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  engine_options.max_batch = absl::GetFlag(FLAGS_max_batch);
-  engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
-  engine_options.context_length = absl::GetFlag(FLAGS_context_length);
-  engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);
-  engine_options.parse_special_in_chat_content = absl::GetFlag(FLAGS_chat_content_specials);
-  engine_options.limits.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
-  engine_options.limits.max_chat_messages = absl::GetFlag(FLAGS_max_chat_messages);
-  engine_options.limits.max_token_ids = absl::GetFlag(FLAGS_max_token_ids);
-  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in || text.str().empty()) {
-      return bad_flags(absl::StrCat("--chat_template ", path, ": cannot read a template from it"));
-    }
-    engine_options.chat_template = text.str();
-  }
-  int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
-  if (kv_budget_mb < 0) {
-    const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-    kv_budget_mb = physical / (1 << 20) * 3 / 4;
-  }
-  engine_options.kv_budget_bytes = kv_budget_mb * (int64_t{1} << 20);
   decoded::server::ServerMetrics* metrics = &(*server)->metrics();
   engine_options.on_step = [metrics](const decoded::serving::StepInfo& step) { metrics->Step(step); };
   // The file as it is when the load begins: what a later change is measured against.
@@ -382,10 +427,11 @@ int main(int argc, char** argv) {
             << " the file (" << info.weight_dtype << ")\n";
   const bool mapped = engine_options.mmap_weights;
   decoded::server::ModelFileWatch file_watch(
-      engine_options.model_path, loaded, absl::Seconds(1), [&stop, mapped](const std::string& what) {
-        if (!mapped) {
-          std::cerr << "decoded: " << what << "; still serving the copy loaded at start (restart to serve the new "
-                    << "file)\n";
+      engine_options.model_path, loaded, absl::Seconds(1), [&stop, mapped](const std::string& what, bool in_place) {
+        if (!mapped || !in_place) {
+          std::cerr << "decoded: " << what << "; still serving "
+                    << (mapped ? "the mapped file as it was (its inode stays)" : "the copy loaded at start")
+                    << " (restart to serve the new file)\n";
           return;
         }
         stop.Request(absl::StrCat(what, "; its mapped weights are no longer the ones loaded (--mmap): stopping "
@@ -399,9 +445,13 @@ int main(int argc, char** argv) {
 
   const auto [why, exit_status] = stop.Wait();
   std::cerr << "decoded: " << why << "\n";
-  // Mapped weights that changed serve garbage: no turn may run on.
-  const absl::Duration drain =
-      exit_status == kExitModelFileChanged ? absl::ZeroDuration() : absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  absl::Duration drain = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  if (exit_status == kExitModelFileChanged) {
+    // Mapped weights that changed serve garbage: every turn ends at its next
+    // step (finish reason SHUTDOWN), and the drain waits only for those ends.
+    (*server)->engine()->BeginShutdown();
+    drain = std::min(drain, absl::Seconds(2));
+  }
   (*server)->Drain(drain);
   std::cerr << "decoded: stopped\n";
   return exit_status;

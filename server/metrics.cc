@@ -107,6 +107,10 @@ class ServerCollectable final : public prometheus::Collectable {
         OneValue("decoded_connections_reset_flood_closed_total",
                  "Connections closed because their client reset streams faster than --max_stream_resets_per_second.",
                  MetricType::Counter, s.connections_closed_for_resets_total),
+        OneValue("decoded_connections_header_block_closed_total",
+                 "Connections sent GOAWAY and closed for a header block over the transport's metadata limit "
+                 "(plaintext; server/http2_guard.h).",
+                 MetricType::Counter, s.connections_closed_for_header_blocks_total),
         OneValue("decoded_connections_without_progress_closed_total",
                  "Connections closed for sending bytes that started no call and carried no message (e.g. a header "
                  "block that never ends; server/listener.h).",

@@ -45,6 +45,7 @@ struct ServerState {
   int64_t accept_errors_total = 0;
   int64_t connections_closed_for_resets_total = 0;  // server/reset_guard.h
   int64_t connections_closed_without_progress_total = 0;  // server/listener.h
+  int64_t connections_closed_for_header_blocks_total = 0;  // server/http2_guard.h
   int64_t streams_open = 0;               // Generate streams, with or without a session
   int64_t turn_queue = 0;                 // turns waiting for the turn pool
   int64_t utility_queue = 0;              // Tokenize/Detokenize calls waiting for the utility pool

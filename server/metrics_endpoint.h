@@ -7,7 +7,9 @@
 // kMetricsRequestTimeout (prometheus-cpp's defaults, 2 threads and civetweb's
 // 30 s, let two slowloris connections block scraping for 30 s). So up to
 // kMetricsThreads - 1 connections that trickle their requests still leave a
-// thread for the scraper; beyond that a scrape waits at most the timeout.
+// thread for the scraper; beyond that a scrape waits for a thread, each freed
+// within the timeout (a scraper's request arrives in one packet: a second is
+// plenty).
 //
 // With a token, a request without "Authorization: Bearer <token>" gets 401
 // (Prometheus sends it with `authorization: {type: Bearer, credentials: ...}`
@@ -36,8 +38,8 @@ struct mg_connection;  // civetweb.h
 
 namespace decoded::server {
 
-inline constexpr int kMetricsThreads = 16;
-inline constexpr absl::Duration kMetricsRequestTimeout = absl::Seconds(2);
+inline constexpr int kMetricsThreads = 32;
+inline constexpr absl::Duration kMetricsRequestTimeout = absl::Seconds(1);
 
 class MetricsEndpoint {
  public:

@@ -29,14 +29,15 @@ struct stat StatModelFile(const std::string& path) {
 }
 
 ModelFileWatch::ModelFileWatch(std::string path, const struct stat& loaded, absl::Duration interval,
-                               std::function<void(const std::string& what)> on_change) {
+                               std::function<void(const std::string& what, bool in_place)> on_change) {
   thread_ = std::thread([this, path = std::move(path), loaded, interval, on_change = std::move(on_change)] {
     while (!stop_.WaitForNotificationWithTimeout(interval)) {
       struct stat now{};
       const bool readable = ::stat(path.c_str(), &now) == 0;
       const std::string what = Difference(loaded, now, readable);
       if (what.empty()) continue;
-      on_change(absl::StrCat("the model file ", path, " changed on disk: ", what));
+      const bool in_place = readable && now.st_dev == loaded.st_dev && now.st_ino == loaded.st_ino;
+      on_change(absl::StrCat("the model file ", path, " changed on disk: ", what), in_place);
       return;
     }
   });

@@ -7,10 +7,12 @@
 // weights (garbage, or non-finite logits) and a truncated one raises SIGBUS
 // on the next read of a lost page. There the daemon stops serving at once
 // (health NOT_SERVING, turns cut) and exits non-zero so that its supervisor
-// restarts it on the file as it is now.
+// restarts it on the file as it is now. A file replaced by another (renamed
+// over, as deploys do, or removed) leaves the mapped one intact: logged only.
 //
 // The file counts as changed when stat(2) of its path no longer gives the
-// device, inode, size and modification time it had when the load began.
+// device, inode, size and modification time it had when the load began; in
+// place when the device and inode are still the loaded file's.
 //
 // Thread-safety: the callback runs on the watch's own thread.
 #ifndef DECODED_SERVER_MODEL_FILE_WATCH_H_
@@ -33,10 +35,11 @@ struct stat StatModelFile(const std::string& path);
 
 class ModelFileWatch {
  public:
-  // Polls every `interval`; calls `on_change` once, with what changed, the
-  // first time `path` differs from `loaded`.
+  // Polls every `interval`; calls `on_change` once, with what changed and
+  // whether the loaded file itself changed (in place) rather than its path
+  // naming another file now, the first time `path` differs from `loaded`.
   ModelFileWatch(std::string path, const struct stat& loaded, absl::Duration interval,
-                 std::function<void(const std::string& what)> on_change);
+                 std::function<void(const std::string& what, bool in_place)> on_change);
   ~ModelFileWatch();
   ModelFileWatch(const ModelFileWatch&) = delete;
   ModelFileWatch& operator=(const ModelFileWatch&) = delete;

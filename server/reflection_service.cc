@@ -18,7 +18,7 @@ namespace pb = google::protobuf;
 template <typename Request, typename Response>
 class ReflectionReactor final : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  ReflectionReactor(const std::vector<std::string>* services, bool authorized, ConnectionProgress* progress,
+  ReflectionReactor(const std::vector<std::string>* services, bool authorized, ClientConnections* progress,
                     std::string peer)
       : services_(services), progress_(progress), peer_(std::move(peer)) {
     if (progress_ != nullptr) progress_->NoteProgress(peer_);
@@ -121,7 +121,7 @@ class ReflectionReactor final : public grpc::ServerBidiReactor<Request, Response
   }
 
   const std::vector<std::string>* services_;
-  ConnectionProgress* const progress_;
+  ClientConnections* const progress_;
   const std::string peer_;
   Request request_;
   Response response_;

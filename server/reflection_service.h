@@ -23,7 +23,7 @@
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "server/connection_progress.h"
+#include "server/client_connections.h"
 
 namespace decoded::server {
 
@@ -35,7 +35,7 @@ class ReflectionV1Service final : public grpc::reflection::v1::ServerReflection:
   // `services`: the full names list_services answers with. `progress` (may
   // be null) is told of every call and request.
   ReflectionV1Service(std::vector<std::string> services, ReflectionAuthorizer authorized,
-                      ConnectionProgress* progress)
+                      ClientConnections* progress)
       : services_(std::move(services)), authorized_(std::move(authorized)), progress_(progress) {}
   grpc::ServerBidiReactor<grpc::reflection::v1::ServerReflectionRequest, grpc::reflection::v1::ServerReflectionResponse>*
   ServerReflectionInfo(grpc::CallbackServerContext* context) override;
@@ -43,13 +43,13 @@ class ReflectionV1Service final : public grpc::reflection::v1::ServerReflection:
  private:
   const std::vector<std::string> services_;
   const ReflectionAuthorizer authorized_;
-  ConnectionProgress* const progress_;
+  ClientConnections* const progress_;
 };
 
 class ReflectionV1AlphaService final : public grpc::reflection::v1alpha::ServerReflection::CallbackService {
  public:
   ReflectionV1AlphaService(std::vector<std::string> services, ReflectionAuthorizer authorized,
-                           ConnectionProgress* progress)
+                           ClientConnections* progress)
       : services_(std::move(services)), authorized_(std::move(authorized)), progress_(progress) {}
   grpc::ServerBidiReactor<grpc::reflection::v1alpha::ServerReflectionRequest,
                           grpc::reflection::v1alpha::ServerReflectionResponse>*
@@ -58,7 +58,7 @@ class ReflectionV1AlphaService final : public grpc::reflection::v1alpha::ServerR
  private:
   const std::vector<std::string> services_;
   const ReflectionAuthorizer authorized_;
-  ConnectionProgress* const progress_;
+  ClientConnections* const progress_;
 };
 
 }  // namespace decoded::server

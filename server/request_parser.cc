@@ -13,6 +13,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 
 namespace decoded::server {
@@ -175,6 +176,10 @@ absl::Status ParseRequest(const grpc::ByteBuffer& wire, google::protobuf::Messag
     // ProtoBufferReader wants a mutable buffer; the copy shares the slices.
     grpc::ByteBuffer shared(wire);
     grpc::ProtoBufferReader reader(&shared);
+    // A string field that is not UTF-8 makes protobuf log an error line per
+    // request; the status below says more, and a client must not be able to
+    // flood the daemon's log.
+    pb::LogSilencer quiet;
     if (out->ParseFromZeroCopyStream(&reader)) return absl::OkStatus();
   }
   const std::string bytes = Flatten(wire);

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "server/listener_probe.h"
 
 namespace decoded::server {
@@ -19,6 +21,23 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// gRPC checks a certificate chain and key only when a port starts with them
+// (an external connection acceptor just refuses every handshake): a
+// throwaway server on a loopback port finds out at start instead.
+absl::Status CheckServerCredentials(const std::shared_ptr<grpc::ServerCredentials>& creds) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", creds, &port);
+  grpc::CallbackGenericService nothing;  // a server needs a service to start
+  builder.RegisterCallbackGenericService(&nothing);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::InvalidArgumentError("gRPC cannot serve TLS with them (its log line above says why)");
+  }
+  server->Shutdown(std::chrono::system_clock::now());
+  return absl::OkStatus();
 }
 
 int Millis(absl::Duration d) {
@@ -40,6 +59,9 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("--tls_cert and --tls_key go together: give both, or neither");
+    }
     absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file);
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key = ReadFile(options.tls_key_file);
@@ -47,11 +69,29 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     creds = grpc::SslServerCredentials(ssl);
+    if (absl::Status usable = CheckServerCredentials(creds); !usable.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--tls_cert ", options.tls_cert_file, " with --tls_key ",
+                                                     options.tls_key_file, ": ", usable.message()));
+    }
   }
 
+  const bool tls = !options.tls_cert_file.empty();
+  if (!tls) {
+    // Plaintext frames can be read on the way: the guard bounds header
+    // blocks and resets exactly (server/http2_guard.h).
+    Http2GuardLimits limits;
+    limits.max_header_block_bytes = kMaxMetadataTransportBytes + kMaxHeaderBlockSlack;
+    limits.max_resets_per_second = options.max_stream_resets_per_second;
+    limits.reset_burst = 2 * options.max_stream_resets_per_second;
+    absl::StatusOr<std::unique_ptr<Http2Guard>> guard = Http2Guard::Start(limits);
+    if (!guard.ok()) return guard.status();
+    server->guard_ = *std::move(guard);
+  }
   ListenerOptions listen;
   listen.address = options.listen;
+  listen.guard = server->guard_.get();
   listen.max_connections = options.max_connections;
+  listen.max_connections_per_peer = options.max_connections_per_peer;
   absl::StatusOr<std::unique_ptr<Listener>> bound = Listener::Bind(listen);
   if (!bound.ok()) return bound.status();
   server->listener_ = *std::move(bound);
@@ -67,8 +107,11 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   service_options.auth_token = options.auth_token;
   service_options.max_streams = options.max_streams;
   service_options.max_sessions_per_peer = options.max_sessions_per_peer;
+  service_options.max_streams_per_peer = options.max_streams_per_peer;
   service_options.max_metadata_bytes = options.max_metadata_bytes;
-  if (options.max_stream_resets_per_second > 0) {
+  if (tls && options.max_stream_resets_per_second > 0) {
+    // TLS frames are not readable on the way: streams cancelled by the
+    // client are counted instead, and the connection is shut down.
     server->resets_ = std::make_unique<ResetGuard>(
         options.max_stream_resets_per_second, 2 * options.max_stream_resets_per_second,
         [listener](const std::string& peer) { return listener->CloseConnection(peer); });
@@ -102,6 +145,7 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_connection);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(options.handshake_timeout));
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataTransportBytes);
+  if (const char* f = getenv("DBG_FRAME")) builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, atoi(f));
   server->acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   server->server_ = builder.BuildAndStart();
@@ -155,9 +199,14 @@ void DecodedServer::UpdateHealth() {
 }
 
 void DecodedServer::Watchdog() {
-  const auto idle = absl::ToChronoNanoseconds(options_.idle_session_timeout);
+  auto chrono = [](absl::Duration d) {
+    return d == absl::InfiniteDuration() ? std::chrono::nanoseconds::max() : absl::ToChronoNanoseconds(d);
+  };
+  IdleTimeouts idle;
+  idle.idle_session = chrono(options_.idle_session_timeout);
+  idle.first_turn = chrono(std::min(options_.first_turn_timeout, options_.idle_session_timeout));
   while (!stop_threads_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
-    if (options_.idle_session_timeout != absl::InfiniteDuration()) service_->streams().ExpireIdle(idle);
+    service_->streams().ExpireIdle(idle);
     if (resets_ != nullptr) resets_->Prune();
     if (engine_ == nullptr || drained_.load()) continue;
     const double age = engine_->Stats().longest_running_step_seconds;
@@ -220,6 +269,11 @@ ServerState DecodedServer::State() {
   s.turn_queue = turn_pool_->queued();
   s.utility_queue = utility_pool_->queued();
   s.connections_closed_for_resets_total = resets_ == nullptr ? 0 : resets_->connections_closed();
+  if (guard_ != nullptr) {
+    const Http2GuardStats g = guard_->Stats();
+    s.connections_closed_for_resets_total += g.closed_resets_total;
+    s.connections_closed_for_header_blocks_total = g.closed_header_block_total;
+  }
   return s;
 }
 

@@ -2,11 +2,13 @@
 // server reflection (v1 and v1alpha), and the Prometheus endpoint, started
 // before the model so health can say NOT_SERVING while it loads.
 //
-// Connections come from the daemon's own Listener (server/listener.h: a
-// connection limit, and it survives running out of file descriptors); HTTP/2
-// limits are gRPC channel arguments: at most max_streams_per_connection
-// concurrent streams per connection, the handshake within handshake_timeout,
-// keepalive pings to notice dead clients.
+// Connections come from the daemon's own Listener (server/listener.h:
+// connection limits, in all and per client, and it survives running out of
+// file descriptors); plaintext ones pass through the HTTP/2 guard
+// (server/http2_guard.h: header blocks and resets bounded at the frame
+// level). Further HTTP/2 limits are gRPC channel arguments: at most
+// max_streams_per_connection concurrent streams per connection, the handshake
+// within handshake_timeout, keepalive pings to notice dead clients.
 //
 // The listener watchdog probes the listening address every
 // listener_probe_interval with a new connection (server/listener_probe.h).
@@ -48,6 +50,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/decoder_service.h"
 #include "server/health_service.h"
+#include "server/http2_guard.h"
 #include "server/listener.h"
 #include "server/metrics.h"
 #include "server/reflection_service.h"
@@ -72,9 +75,13 @@ struct ServerOptions {
   int max_streams_per_connection = 100;  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
   int max_streams = 1024;                // Generate streams, all connections
   int max_sessions_per_peer = 0;         // 0: no limit
+  int max_streams_per_peer = 256;        // Generate streams of one client address; 0: no limit
+  int max_connections_per_peer = 64;     // connections of one client address; 0: no limit
   // A Generate stream idle this long ends (see GenerateReactor);
   // InfiniteDuration: never.
   absl::Duration idle_session_timeout = absl::Seconds(300);
+  // A Generate stream that sent no turn this long after opening ends.
+  absl::Duration first_turn_timeout = absl::Seconds(30);
   // A connection that has not finished its handshake (TLS, HTTP/2 preface
   // and SETTINGS) by then is closed.
   absl::Duration handshake_timeout = absl::Seconds(10);
@@ -106,6 +113,9 @@ inline constexpr int kListenerProbeFailures = 3;
 // What the HTTP/2 transport itself accepts as one request's metadata (its
 // HPACK soft limit); the daemon refuses beyond max_metadata_bytes itself.
 inline constexpr int kMaxMetadataTransportBytes = 1 << 20;
+// A header block may encode a little more than it decodes to (length
+// prefixes); beyond the metadata limit and this, the guard ends the connection.
+inline constexpr int64_t kMaxHeaderBlockSlack = 64 << 10;
 
 class DecodedServer {
  public:
@@ -149,7 +159,8 @@ class DecodedServer {
   // its calls.
   std::unique_ptr<RequestPool> turn_pool_;
   std::unique_ptr<RequestPool> utility_pool_;
-  std::unique_ptr<ResetGuard> resets_;  // null without a limit
+  std::unique_ptr<ResetGuard> resets_;  // TLS connections' resets; null without a limit or TLS
+  std::unique_ptr<Http2Guard> guard_;   // plaintext connections' relay; outlives listener_
   std::unique_ptr<DecoderService> service_;
   std::unique_ptr<HealthService> health_;    // outlives server_ (declared before it)
   std::unique_ptr<ReflectionV1Service> reflection_v1_;

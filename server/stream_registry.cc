@@ -3,30 +3,47 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/peer_sessions.h"
 
 namespace decoded::server {
 
-absl::Status StreamRegistry::Add(OpenStream* stream) {
+absl::Status StreamRegistry::Add(OpenStream* stream, const std::string& grpc_peer) {
+  std::string peer = PeerSessions::PeerAddress(grpc_peer);
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the server is draining");
   if (static_cast<int>(counted_.size()) >= max_streams_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the server holds its maximum of ", max_streams_, " open Generate streams (--max_streams)"));
   }
+  int& mine = per_peer_[peer];
+  if (max_streams_per_peer_ > 0 && mine >= max_streams_per_peer_) {
+    return absl::ResourceExhaustedError(absl::StrCat("the client ", peer, " holds its maximum of ",
+                                                     max_streams_per_peer_,
+                                                     " open Generate streams (--max_streams_per_peer)"));
+  }
+  ++mine;
   streams_.insert(stream);
-  counted_.insert(stream);
+  counted_.emplace(stream, std::move(peer));
   return absl::OkStatus();
+}
+
+void StreamRegistry::UncountLocked(OpenStream* stream) {
+  auto it = counted_.find(stream);
+  if (it == counted_.end()) return;
+  auto peer = per_peer_.find(it->second);
+  if (peer != per_peer_.end() && --peer->second <= 0) per_peer_.erase(peer);
+  counted_.erase(it);
 }
 
 void StreamRegistry::StopCounting(OpenStream* stream) {
   absl::MutexLock lock(&mu_);
-  counted_.erase(stream);
+  UncountLocked(stream);
 }
 
 void StreamRegistry::Remove(OpenStream* stream) {
   absl::MutexLock lock(&mu_);
   streams_.erase(stream);
-  counted_.erase(stream);
+  UncountLocked(stream);
 }
 
 std::vector<OpenStream*> StreamRegistry::RefAll() {
@@ -51,10 +68,10 @@ void StreamRegistry::StartDrain() {
   }
 }
 
-void StreamRegistry::ExpireIdle(std::chrono::nanoseconds timeout) {
+void StreamRegistry::ExpireIdle(const IdleTimeouts& timeouts) {
   const auto now = std::chrono::steady_clock::now();
   for (OpenStream* s : RefAll()) {
-    s->ExpireIfIdle(now, timeout);
+    s->ExpireIfIdle(now, timeouts);
     s->Unref();
   }
 }

@@ -15,15 +15,26 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace decoded::server {
+
+// When an open stream counts as idle (see GenerateReactor::ExpireIfIdle).
+struct IdleTimeouts {
+  // No turn in flight for this long (a session's think time).
+  std::chrono::nanoseconds idle_session = std::chrono::seconds(300);
+  // No turn at all since the stream opened, for this long: a stream holds a
+  // slot of --max_streams, and a client means to use it at once.
+  std::chrono::nanoseconds first_turn = std::chrono::seconds(30);
+};
 
 // What the server asks of one open stream.
 class OpenStream {
@@ -37,20 +48,24 @@ class OpenStream {
   // The server is draining: refuse new turns; end the stream (UNAVAILABLE)
   // at once when idle, else after its running turn ends. Must not block.
   virtual void StartDrain() = 0;
-  // Ends the stream if it has been idle for `timeout` at `now` (see
+  // Ends the stream if it is idle by `timeouts` at `now` (see
   // GenerateReactor). Must not block.
-  virtual void ExpireIfIdle(std::chrono::steady_clock::time_point now, std::chrono::nanoseconds timeout) = 0;
+  virtual void ExpireIfIdle(std::chrono::steady_clock::time_point now, const IdleTimeouts& timeouts) = 0;
 };
 
 class StreamRegistry {
  public:
-  // `max_streams`: open streams beyond which Add refuses (>= 1).
-  explicit StreamRegistry(int max_streams) : max_streams_(max_streams) {}
+  // `max_streams`: open streams beyond which Add refuses (>= 1);
+  // `max_streams_per_peer`: the same for the streams of one client address
+  // (PeerSessions::PeerAddress), 0 for no such limit.
+  explicit StreamRegistry(int max_streams, int max_streams_per_peer = 0)
+      : max_streams_(max_streams), max_streams_per_peer_(max_streams_per_peer) {}
 
   // OK, or the status the stream must refuse itself with: UNAVAILABLE once a
-  // drain has started, RESOURCE_EXHAUSTED when max_streams count against the
-  // limit.
-  absl::Status Add(OpenStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // drain has started, RESOURCE_EXHAUSTED when max_streams (or the peer's
+  // max_streams_per_peer) count against the limit. `grpc_peer`: the call's
+  // peer, "ipv4:10.0.0.7:51234".
+  absl::Status Add(OpenStream* stream, const std::string& grpc_peer = "") ABSL_LOCKS_EXCLUDED(mu_);
   // The stream is ending (cancelled, or its status is on the way): it stops
   // counting against max_streams at once, so a burst of reset streams whose
   // reactors gRPC has yet to destroy refuses no newcomer. It stays registered.
@@ -59,7 +74,7 @@ class StreamRegistry {
   // Calls StartDrain on every open stream; later Adds fail.
   void StartDrain() ABSL_LOCKS_EXCLUDED(mu_);
   // Calls ExpireIfIdle on every open stream.
-  void ExpireIdle(std::chrono::nanoseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  void ExpireIdle(const IdleTimeouts& timeouts) ABSL_LOCKS_EXCLUDED(mu_);
   // True once no stream is open; false if `deadline` passed first.
   bool WaitUntilEmpty(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Registered streams, ending ones included.
@@ -75,10 +90,15 @@ class StreamRegistry {
   // Every open stream, each with a reference (released by the caller).
   std::vector<OpenStream*> RefAll() ABSL_LOCKS_EXCLUDED(mu_);
 
+  void UncountLocked(OpenStream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int max_streams_;
+  const int max_streams_per_peer_;
   mutable absl::Mutex mu_;
   absl::flat_hash_set<OpenStream*> streams_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<OpenStream*> counted_ ABSL_GUARDED_BY(mu_);  // those not yet ending
+  // Those not yet ending, each with its peer's address.
+  absl::flat_hash_map<OpenStream*, std::string> counted_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> cancelling_all_{false};
 };

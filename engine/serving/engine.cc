@@ -67,7 +67,9 @@ absl::Status NormalizeRoles(std::vector<ChatMessage>& messages) {
   return absl::OkStatus();
 }
 
-absl::Status CheckOptions(const EngineOptions& o) {
+}  // namespace
+
+absl::Status CheckEngineOptions(const EngineOptions& o) {
   if (o.workers < 1) return absl::InvalidArgumentError("workers must be >= 1");
   if (o.threads_per_worker < 1) return absl::InvalidArgumentError("threads_per_worker must be >= 1");
   if (o.max_sessions < 1) return absl::InvalidArgumentError("max_sessions must be >= 1");
@@ -77,11 +79,15 @@ absl::Status CheckOptions(const EngineOptions& o) {
   if (o.max_batch < 1 || o.max_batch > kMaxBatch) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch must be in [1, ", kMaxBatch, "]"));
   }
-  if (o.limits.max_text_bytes < 1 || o.limits.max_chat_messages < 1 || o.limits.max_token_ids < 1) {
-    return absl::InvalidArgumentError("max_text_bytes, max_chat_messages and max_token_ids must be >= 1");
+  if (o.limits.max_text_bytes < 1 || o.limits.max_chat_messages < 1 || o.limits.max_token_ids < 1 ||
+      o.limits.max_stop_sequences < 0) {
+    return absl::InvalidArgumentError(
+        "max_text_bytes, max_chat_messages and max_token_ids must be >= 1, max_stop_sequences >= 0");
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 // One Prefill and two Decode steps on a scratch context, so the first client
 // does not pay for first-touch page faults of the weights and lazy set-up.
@@ -276,6 +282,24 @@ class EngineImpl final : public Engine {
             " more per message), over the server's limit of ", limits_.max_text_bytes, " (max_text_bytes)"));
       }
     }
+    const std::vector<std::string>& stops = turn.stopping.stop_sequences;
+    if (static_cast<int64_t>(stops.size()) > limits_.max_stop_sequences) {
+      return absl::InvalidArgumentError(absl::StrCat("the turn has ", stops.size(),
+                                                     " stop sequences, over the server's limit of ",
+                                                     limits_.max_stop_sequences, " (max_stop_sequences)"));
+    }
+    int64_t stop_bytes = 0;
+    for (const std::string& stop : stops) stop_bytes += static_cast<int64_t>(stop.size());
+    if (stop_bytes > limits_.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("the turn's stop sequences have ", stop_bytes,
+                                                     " bytes, over the server's limit of ", limits_.max_text_bytes,
+                                                     " (max_text_bytes)"));
+    }
+    if (turn.stopping.stop_token_ids.size() > static_cast<size_t>(kMaxStopTokenIds)) {
+      return absl::InvalidArgumentError(absl::StrCat("the turn has ", turn.stopping.stop_token_ids.size(),
+                                                     " stop token ids, over the server's limit of ",
+                                                     kMaxStopTokenIds));
+    }
     if (turn.kind == TurnRequest::InputKind::kTokens &&
         static_cast<int64_t>(turn.tokens.size()) > limits_.max_token_ids) {
       return absl::InvalidArgumentError(absl::StrCat("the turn has ", turn.tokens.size(),
@@ -295,7 +319,7 @@ class EngineImpl final : public Engine {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
-  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  if (absl::Status s = CheckEngineOptions(options); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(
       options.model_path, options.chat_template, options.mmap_weights ? GgufLoad::kMap : GgufLoad::kCopy);
   if (!model.ok()) return model.status();

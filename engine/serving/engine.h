@@ -140,7 +140,13 @@ struct RequestLimits {
   int64_t max_text_bytes = int64_t{1} << 20;
   int32_t max_chat_messages = 4096;     // messages of one chat turn
   int32_t max_token_ids = 131072;       // Detokenize's ids; a token turn's tokens
+  // Stop sequences of one turn (TGI's --max-stop-sequences; OpenAI allows 4);
+  // their bytes count against max_text_bytes too. A turn's stop token ids are
+  // bounded by kMaxStopTokenIds.
+  int32_t max_stop_sequences = 16;
 };
+// Stop token ids of one turn: every sampled token is looked up among them.
+inline constexpr int32_t kMaxStopTokenIds = 1024;
 // What one chat message costs against max_text_bytes beside its role and
 // content: about what a template's markup around it renders to.
 inline constexpr int64_t kChatMessageOverheadBytes = 16;
@@ -181,6 +187,11 @@ struct EngineOptions {
   std::function<void(const StepInfo&)> on_step;
   RequestLimits limits;
 };
+
+// INVALID_ARGUMENT naming the first option out of range (what Engine::Create
+// checks before it loads anything), so a caller can refuse bad settings
+// before paying for a model load.
+absl::Status CheckEngineOptions(const EngineOptions& options);
 
 struct EngineModelInfo {
   std::string family;

@@ -140,6 +140,18 @@ TEST(CliTest, Utf8PromptIsSentAndAnUnreachableServerExits1) {
   EXPECT_FALSE(absl::StrContains(run.err, "UTF-8")) << run.err;
 }
 
+TEST(CliTest, UnknownFlagsAndAModeWithoutItsInputAreBadInput) {
+  CliRun run = RunCli({kNoServer, "--prompt", "hi", "--no_such_flag=1"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_NE(run.err.find("unknown flag --no_such_flag"), std::string::npos) << run.err;
+  run = RunCli({kNoServer, "--tokenize"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_NE(run.err.find("--tokenize needs --prompt"), std::string::npos) << run.err;
+  run = RunCli({kNoServer, "--prompt", "hi", "--system", "be brief"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_NE(run.err.find("--system is for --chat"), std::string::npos) << run.err;
+}
+
 TEST(CliTest, NoModeIsBadInput) {
   const CliRun run = RunCli({kNoServer});
   EXPECT_EQ(run.exit_status, 2);

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <dirent.h>
 #include <string>
@@ -24,6 +25,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/bearer_token.h"
+#include "server/http2_guard.h"
 #include "server/listener.h"
 #include "server/listener_probe.h"
 #include "server/peer_sessions.h"
@@ -287,6 +289,160 @@ TEST(ListenerTest, AFailedListeningSocketIsReportedOnce) {
   EXPECT_EQ(failures.load(), 1);
 }
 
+std::string Frame(uint8_t type, uint8_t flags, uint32_t stream, const std::string& payload) {
+  std::string f;
+  const uint32_t n = static_cast<uint32_t>(payload.size());
+  for (int shift : {16, 8, 0}) f.push_back(static_cast<char>((n >> shift) & 0xff));
+  f.push_back(static_cast<char>(type));
+  f.push_back(static_cast<char>(flags));
+  for (int shift : {24, 16, 8, 0}) f.push_back(static_cast<char>((stream >> shift) & 0xff));
+  return f + payload;
+}
+
+// Reads what is there within `timeout` (until the peer closes).
+std::string ReadSome(int fd, absl::Duration timeout, bool* closed = nullptr) {
+  std::string got;
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const int64_t left = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left)) <= 0) return got;
+    char buf[65536];
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n <= 0) {
+      if (closed != nullptr) *closed = true;
+      return got;
+    }
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
+class GuardedListener {
+ public:
+  explicit GuardedListener(Http2GuardLimits limits) {
+    guard_ = *Http2Guard::Start(limits);
+    ListenerOptions options;
+    options.address = "127.0.0.1:0";
+    options.guard = guard_.get();
+    listener_ = *Listener::Bind(options);
+    listener_->Start(&acceptor_, nullptr);
+  }
+  // A client connection and the socket gRPC would have got for it.
+  std::pair<int, int> Connect() {
+    const int client = UnconnectedSocket();
+    const int before = acceptor_.held();
+    if (!::decoded::server::Connect(client, listener_->port())) return {-1, -1};
+    WaitFor([&] { return acceptor_.held() == before + 1; }, absl::Seconds(5));
+    return {client, acceptor_.last()};
+  }
+  Http2Guard& guard() { return *guard_; }
+
+ private:
+  class LastAcceptor final : public grpc::experimental::ExternalConnectionAcceptor {
+   public:
+    void HandleNewConnection(NewConnectionParameters* p) override {
+      last_ = p->fd;
+      ++held_;
+    }
+    int held() const { return held_.load(); }
+    int last() const { return last_.load(); }
+
+   private:
+    std::atomic<int> held_{0};
+    std::atomic<int> last_{-1};
+  };
+  std::unique_ptr<Http2Guard> guard_;  // outlives the listener
+  LastAcceptor acceptor_;
+  std::unique_ptr<Listener> listener_;
+};
+
+const std::string kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+TEST(Http2GuardTest, RelaysBothWaysAndNamesTheClient) {
+  GuardedListener gl(Http2GuardLimits{});
+  auto [client, grpc_end] = gl.Connect();
+  ASSERT_GE(grpc_end, 0);
+  const std::string hello = kPreface + Frame(4, 0, 0, "") + Frame(1, 4, 1, std::string(100, 'h'));
+  ASSERT_EQ(send(client, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  EXPECT_EQ(ReadSome(grpc_end, absl::Milliseconds(300)), hello);
+  const std::string answer = Frame(4, 0, 0, "") + Frame(0, 0, 1, "data");
+  ASSERT_EQ(send(grpc_end, answer.data(), answer.size(), MSG_NOSIGNAL), static_cast<ssize_t>(answer.size()));
+  EXPECT_EQ(ReadSome(client, absl::Milliseconds(300)), answer);
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  getsockname(client, reinterpret_cast<sockaddr*>(&addr), &len);
+  EXPECT_EQ(gl.guard().ClientPeer(Http2Guard::GrpcPeerOf(grpc_end)),
+            absl::StrCat("ipv4:127.0.0.1:", ntohs(addr.sin_port)));
+  EXPECT_EQ(gl.guard().Stats().relayed, 1);
+  // gRPC closing the connection closes the client's.
+  close(grpc_end);
+  bool closed = false;
+  ReadSome(client, absl::Seconds(2), &closed);
+  EXPECT_TRUE(closed);
+  close(client);
+  EXPECT_TRUE(WaitFor([&] { return gl.guard().Stats().relayed == 0; }, absl::Seconds(5)));
+}
+
+TEST(Http2GuardTest, AHeaderBlockOverTheLimitGetsGoawayAndTheConnectionEnds) {
+  Http2GuardLimits limits;
+  limits.max_header_block_bytes = 64 << 10;
+  GuardedListener gl(limits);
+  auto [client, grpc_end] = gl.Connect();
+  ASSERT_GE(grpc_end, 0);
+  std::string flood = kPreface + Frame(4, 0, 0, "") + Frame(1, 0, 5, std::string(16000, 'a'));
+  for (int i = 0; i < 8; ++i) flood += Frame(9, 0, 5, std::string(16000, 'b'));
+  (void)!send(client, flood.data(), flood.size(), MSG_NOSIGNAL);
+  bool closed = false;
+  const std::string got = ReadSome(client, absl::Seconds(3), &closed);
+  ASSERT_GE(got.size(), 17u);
+  EXPECT_EQ(got[3], 7) << "not a GOAWAY";
+  EXPECT_EQ(static_cast<uint8_t>(got[9 + 3]), 5) << "last stream id";
+  EXPECT_EQ(static_cast<uint8_t>(got[9 + 7]), 0xb) << "not ENHANCE_YOUR_CALM";
+  EXPECT_TRUE(absl::StrContains(got, "header block over 65536 bytes")) << got.substr(17);
+  EXPECT_TRUE(closed);
+  // gRPC got what came before the block and then the end.
+  bool grpc_closed = false;
+  const std::string relayed = ReadSome(grpc_end, absl::Seconds(1), &grpc_closed);
+  EXPECT_TRUE(grpc_closed);
+  EXPECT_LT(relayed.size(), size_t{64} << 10);
+  EXPECT_EQ(gl.guard().Stats().closed_header_block_total, 1);
+  // One frame that declares more than the limit ends it before its payload comes.
+  auto [client2, grpc_end2] = gl.Connect();
+  const std::string big = kPreface + Frame(1, 0, 1, "") ;
+  std::string header = big.substr(0, big.size());
+  std::string declared = Frame(9, 0, 1, "");
+  declared[0] = 0x40;  // a 4 MiB CONTINUATION, payload never sent
+  header += declared;
+  (void)!send(client2, header.data(), header.size(), MSG_NOSIGNAL);
+  closed = false;
+  EXPECT_TRUE(absl::StrContains(ReadSome(client2, absl::Seconds(3), &closed), "header block over"));
+  EXPECT_TRUE(closed);
+  close(client);
+  close(client2);
+  close(grpc_end);
+  close(grpc_end2);
+}
+
+TEST(Http2GuardTest, ResetsFasterThanTheLimitGetGoaway) {
+  Http2GuardLimits limits;
+  limits.max_resets_per_second = 10;
+  limits.reset_burst = 20;
+  GuardedListener gl(limits);
+  auto [client, grpc_end] = gl.Connect();
+  std::string burst = kPreface + Frame(4, 0, 0, "");
+  for (uint32_t stream = 1; stream < 2 * 40; stream += 2) {
+    burst += Frame(1, 4, stream, "h") + Frame(3, 0, stream, std::string("\0\0\0\x08", 4));
+  }
+  (void)!send(client, burst.data(), burst.size(), MSG_NOSIGNAL);
+  bool closed = false;
+  const std::string got = ReadSome(client, absl::Seconds(3), &closed);
+  EXPECT_TRUE(absl::StrContains(got, "reset streams faster than 10 per second")) << got;
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(gl.guard().Stats().closed_resets_total, 1);
+  close(client);
+  close(grpc_end);
+}
+
 TEST(ListenerProbeTest, TellsAcceptingFromNotAccepting) {
   // A socket that listens but never accepts: the kernel completes the
   // handshake into the backlog, and nothing more happens.
@@ -396,7 +552,7 @@ class CountingStream final : public OpenStream {
   }
   void Unref() override { --refs; }
   void StartDrain() override { ++drains; }
-  void ExpireIfIdle(std::chrono::steady_clock::time_point, std::chrono::nanoseconds) override { ++expiries; }
+  void ExpireIfIdle(std::chrono::steady_clock::time_point, const IdleTimeouts&) override { ++expiries; }
   int refs = 0, drains = 0, expiries = 0;
 };
 
@@ -408,7 +564,7 @@ TEST(StreamRegistryTest, BoundsOpenStreamsAndReachesEachOne) {
   absl::Status over = registry.Add(&c);
   EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(absl::StrContains(over.message(), "--max_streams")) << over;
-  registry.ExpireIdle(std::chrono::seconds(1));
+  registry.ExpireIdle(IdleTimeouts{});
   EXPECT_EQ(a.expiries + b.expiries + c.expiries, 2);
   // An ending stream stops counting against the limit at once, while it
   // stays registered (a drain still waits for it).
