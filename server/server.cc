@@ -145,7 +145,6 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_connection);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(options.handshake_timeout));
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataTransportBytes);
-  if (const char* f = getenv("DBG_FRAME")) builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, atoi(f));
   server->acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   server->server_ = builder.BuildAndStart();
