@@ -159,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Http2Guard>> Http2Guard::Start(const Http2GuardLi
     return absl::InternalError(absl::StrCat("http2 guard: loopback listener: ", std::strerror(errno)));
   }
   guard->internal_port_ = LocalPort(guard->internal_);
+  fcntl(guard->internal_, F_SETFL, fcntl(guard->internal_, F_GETFL) | O_NONBLOCK);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = 0;  // the wake-up
@@ -189,8 +190,10 @@ void Http2Guard::Wake() {
 
 absl::StatusOr<int> Http2Guard::Adopt(int client, const std::string& client_peer) {
   // A loopback pair: `inner` connects to the guard's own listener, whose
-  // accepted end goes to gRPC. Only this thread accepts there; a stranger's
-  // connection to that port is recognised by its port and dropped.
+  // accepted end goes to gRPC. Only Adopt accepts there: any connection
+  // already waiting is a stranger's (another local process found the port),
+  // dropped first so that it can neither fill the backlog nor pass for ours.
+  for (int stranger; (stranger = accept4(internal_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) close(stranger);
   const int inner = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
