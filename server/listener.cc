@@ -307,16 +307,20 @@ bool Listener::AcceptReady(int fd) {
     {
       absl::MutexLock lock(&mu_);
       if (!probe_ports_.empty()) {
-        sockaddr_storage peer{};
-        socklen_t len = sizeof(peer);
-        if (getpeername(conn, reinterpret_cast<sockaddr*>(&peer), &len) == 0) {
-          const int port = ntohs(peer.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&peer)->sin_port
-                                                           : reinterpret_cast<sockaddr_in6*>(&peer)->sin6_port);
+        sockaddr_storage from{};
+        socklen_t len = sizeof(from);
+        if (getpeername(conn, reinterpret_cast<sockaddr*>(&from), &len) == 0) {
+          const int port = ntohs(from.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&from)->sin_port
+                                                           : reinterpret_cast<sockaddr_in6*>(&from)->sin6_port);
           probe = probe_ports_.erase(port) > 0;
         }
       }
+      auto held_by_address = [&] {
+        auto it = per_address_.find(address);
+        return it == per_address_.end() ? 0 : it->second;
+      };
       if (!probe && static_cast<int>(open_.size()) >= max_connections_) RefreshOpenLocked(/*force=*/false);
-      if (!probe && max_connections_per_peer_ > 0 && per_address_[address] >= max_connections_per_peer_) {
+      if (!probe && max_connections_per_peer_ > 0 && held_by_address() >= max_connections_per_peer_) {
         RefreshOpenLocked(/*force=*/false);
       }
       if (probe) {
@@ -325,7 +329,7 @@ bool Listener::AcceptReady(int fd) {
         refuse = true;
         ++refused_total_;
         refusal = absl::StrCat(max_connections_, " connections are open (--max_connections)");
-      } else if (max_connections_per_peer_ > 0 && per_address_[address] >= max_connections_per_peer_) {
+      } else if (max_connections_per_peer_ > 0 && held_by_address() >= max_connections_per_peer_) {
         refuse = true;
         ++refused_total_;
         refusal = absl::StrCat(address, " holds ", max_connections_per_peer_,

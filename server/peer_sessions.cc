@@ -19,13 +19,11 @@ std::string PeerSessions::PeerAddress(std::string_view grpc_peer) {
 absl::StatusOr<PeerSessions::Slot> PeerSessions::Acquire(std::string_view grpc_peer) {
   std::string peer = PeerAddress(grpc_peer);
   absl::MutexLock lock(&mu_);
-  int& count = sessions_[peer];
-  if (max_per_peer_ > 0 && count >= max_per_peer_) {
-    if (count == 0) sessions_.erase(peer);
+  if (auto it = sessions_.find(peer); max_per_peer_ > 0 && it != sessions_.end() && it->second >= max_per_peer_) {
     return absl::ResourceExhaustedError(absl::StrCat("the client ", peer, " holds its maximum of ", max_per_peer_,
                                                      " sessions (--max_sessions_per_peer)"));
   }
-  ++count;
+  ++sessions_[peer];
   return Slot(this, std::move(peer));
 }
 

@@ -15,13 +15,13 @@ absl::Status StreamRegistry::Add(OpenStream* stream, const std::string& grpc_pee
     return absl::ResourceExhaustedError(
         absl::StrCat("the server holds its maximum of ", max_streams_, " open Generate streams (--max_streams)"));
   }
-  int& mine = per_peer_[peer];
-  if (max_streams_per_peer_ > 0 && mine >= max_streams_per_peer_) {
+  if (auto it = per_peer_.find(peer);
+      max_streams_per_peer_ > 0 && it != per_peer_.end() && it->second >= max_streams_per_peer_) {
     return absl::ResourceExhaustedError(absl::StrCat("the client ", peer, " holds its maximum of ",
                                                      max_streams_per_peer_,
                                                      " open Generate streams (--max_streams_per_peer)"));
   }
-  ++mine;
+  ++per_peer_[peer];
   streams_.insert(stream);
   counted_.emplace(stream, std::move(peer));
   return absl::OkStatus();
