@@ -218,10 +218,19 @@ absl::Status RunPrompt(Client& client) {
 }
 
 absl::Status RunChat(Client& client) {
-  TurnStream stream(client.stub(), client.token());
+  // The conversation so far, to send again on a new stream when the daemon
+  // ended an idle one (--idle_session_seconds): the session is gone, the
+  // conversation need not be.
+  std::vector<v1::ChatMessage> conversation;
+  if (const std::string system = absl::GetFlag(FLAGS_system); !system.empty()) {
+    v1::ChatMessage s;
+    s.set_role("system");
+    s.set_content(system);
+    conversation.push_back(s);
+  }
+  auto stream = std::make_unique<TurnStream>(client.stub(), client.token());
   std::string line;
   int line_number = 0;
-  std::string system = absl::GetFlag(FLAGS_system);
   std::cerr << "> " << std::flush;
   while (std::getline(std::cin, line)) {
     ++line_number;
@@ -233,23 +242,41 @@ absl::Status RunChat(Client& client) {
       std::cerr << "decoded-cli: " << s.message() << "; the line is not sent\n> " << std::flush;
       continue;
     }
-    v1::Turn turn = TurnFromFlags();
-    if (!system.empty()) {
-      // With the first message only: the session keeps the conversation.
-      v1::ChatMessage* s = turn.mutable_messages()->add_messages();
-      s->set_role("system");
-      s->set_content(std::exchange(system, ""));
+    v1::ChatMessage user;
+    user.set_role("user");
+    user.set_content(line);
+    std::string reply;
+    auto print = [&reply](const v1::TokenEvent& t) {
+      reply += t.text();
+      PrintText(t);
+    };
+    // A new stream gets the whole conversation; one that holds it, the new message.
+    auto turn_for = [&](const TurnStream& s) {
+      v1::Turn turn = TurnFromFlags();
+      if (!s.opened()) {
+        for (const v1::ChatMessage& m : conversation) *turn.mutable_messages()->add_messages() = m;
+      }
+      *turn.mutable_messages()->add_messages() = user;
+      return turn;
+    };
+    absl::StatusOr<v1::TurnEnd> end = stream->Run(turn_for(*stream), print);
+    if (!end.ok() && absl::IsDeadlineExceeded(end.status()) && reply.empty()) {
+      std::cerr << "(the server ended the idle session: " << end.status().message()
+                << "; sending the conversation again on a new stream)\n";
+      stream = std::make_unique<TurnStream>(client.stub(), client.token());
+      end = stream->Run(turn_for(*stream), print);
     }
-    v1::ChatMessage* m = turn.mutable_messages()->add_messages();
-    m->set_role("user");
-    m->set_content(line);
-    absl::StatusOr<v1::TurnEnd> end = stream.Run(turn, PrintText);
     if (!end.ok()) return end.status();
     std::cout << end->text() << "\n";
     PrintTurnStats(*end);
+    conversation.push_back(user);
+    v1::ChatMessage assistant;
+    assistant.set_role("assistant");
+    assistant.set_content(reply + end->text());
+    conversation.push_back(assistant);
     std::cerr << "> " << std::flush;
   }
-  return stream.Close();
+  return stream->Close();
 }
 
 // Perplexity = exp(mean negative log-likelihood) of the file's tokens, each

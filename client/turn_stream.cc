@@ -9,13 +9,12 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(status.error_code())), status.error_message());
 }
 
-TurnStream::TurnStream(v1::Decoder::Stub* stub, const std::string& auth_token) {
+TurnStream::TurnStream(v1::Decoder::Stub* stub, const std::string& auth_token) : stub_(stub) {
   if (!auth_token.empty()) context_.AddMetadata("authorization", "Bearer " + auth_token);
-  stream_ = stub->Generate(&context_);
 }
 
 TurnStream::~TurnStream() {
-  if (!closed_) {
+  if (stream_ != nullptr && !closed_) {
     context_.TryCancel();
     (void)stream_->Finish();
   }
@@ -29,6 +28,7 @@ absl::StatusOr<v1::TurnEnd> TurnStream::Run(const v1::Turn& turn,
   // few events ahead of what this client has printed (a paused terminal
   // pauses generation).
   request.mutable_turn()->set_acknowledge_events(true);
+  if (stream_ == nullptr) stream_ = stub_->Generate(&context_);
   bool sent = stream_->Write(request);
   v1::GenerateRequest ack;
   ack.mutable_ack()->set_events(1);
@@ -49,7 +49,7 @@ absl::StatusOr<v1::TurnEnd> TurnStream::Run(const v1::Turn& turn,
 }
 
 absl::Status TurnStream::Close() {
-  if (closed_) return absl::OkStatus();
+  if (closed_ || stream_ == nullptr) return absl::OkStatus();
   closed_ = true;
   stream_->WritesDone();
   return FromGrpc(stream_->Finish());

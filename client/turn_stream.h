@@ -17,9 +17,12 @@ absl::Status FromGrpc(const grpc::Status& status);
 
 class TurnStream {
  public:
-  // Opens the stream; `auth_token` non-empty adds a bearer token.
+  // The stream opens with the first Run (a daemon ends streams that send no
+  // turn for a while); `auth_token` non-empty adds a bearer token.
   TurnStream(v1::Decoder::Stub* stub, const std::string& auth_token);
   ~TurnStream();
+  // Whether a turn was ever sent on this stream.
+  bool opened() const { return stream_ != nullptr; }
 
   // Sends `turn` and reads until its TurnEnd, calling `on_token` per token.
   // A broken stream returns the status the server ended it with.
@@ -30,6 +33,7 @@ class TurnStream {
   absl::Status Close();
 
  private:
+  v1::Decoder::Stub* const stub_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::GenerateRequest, v1::GenerateResponse>> stream_;
   bool closed_ = false;

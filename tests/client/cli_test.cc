@@ -124,9 +124,10 @@ TEST(CliTest, MissingPerplexityFileIsBadInput) {
 }
 
 // Two bad lines around an empty one: both are reported, so the chat read on
-// after the first. With no server the session then fails (exit status 1).
+// after the first. The good line after them is sent; with no server the
+// session then fails (exit status 1).
 TEST(CliTest, ChatReportsEachNonUtf8LineAndKeepsReading) {
-  const CliRun run = RunCli({kNoServer, "--chat"}, "caf\xE9\n\n\xFF" "bad\n");
+  const CliRun run = RunCli({kNoServer, "--chat"}, "caf\xE9\n\n\xFF" "bad\nfine\n");
   EXPECT_TRUE(absl::StrContains(run.err, "input line 1 is not valid UTF-8 (byte 3 is 0xE9)")) << run.err;
   EXPECT_TRUE(absl::StrContains(run.err, "input line 3 is not valid UTF-8 (byte 0 is 0xFF)")) << run.err;
   EXPECT_EQ(run.exit_status, 1);
