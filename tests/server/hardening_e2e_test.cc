@@ -635,7 +635,10 @@ TEST(HardeningTest, AHeaderBlockThatNeverEndsClosesItsConnectionWithBoundedMemor
                 sent / 1048576.0, absl::ToDoubleSeconds(absl::Now() - start), grown / 1048576.0);
     EXPECT_FALSE(conn.open());
     EXPECT_LT(sent, int64_t{64} << 20);
+#if !defined(__SANITIZE_ADDRESS__)
+    // (ASan's quarantine keeps freed memory resident by design.)
     EXPECT_LT(grown, int64_t{128} << 20);
+#endif
     EXPECT_LT(absl::Now() - start, absl::Seconds(15));
     EXPECT_EQ(HealthStatus(channel.get()), 1);
   }

@@ -293,7 +293,9 @@ TEST(HardeningProcessTest, MappedModelFileChangedStopsTheDaemonWithExit4) {
 // f57ec97: SIGHUP and SIGUSR1 killed the daemon without a drain or a log line.
 TEST(HardeningProcessTest, SighupDrainsLikeSigtermAndSigusr1IsLoggedAndIgnored) {
   DECODED_REQUIRE_REAL_MODEL();
-  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--drain_seconds=2"}));
+  // As long a drain as DaemonProcessTest's: the sanitizer build's last step
+  // and final events need the reserve before the cut.
+  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--drain_seconds=3"}));
   ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
   daemon.Signal(SIGUSR1);
   daemon.Signal(SIGUSR2);

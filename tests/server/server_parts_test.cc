@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -103,6 +104,8 @@ TEST(ListenerTest, ConnectionsBeyondTheLimitAreClosedAtOnceAndCountedAndTheSlotC
   ASSERT_TRUE(listener.ok()) << listener.status();
   HoldingAcceptor acceptor;
   (*listener)->Start(&acceptor, nullptr);
+  // The accept thread stops before the acceptor it calls goes.
+  absl::Cleanup stop_listener = [&] { (*listener)->Stop(); };
   std::vector<int> clients;
   for (int i = 0; i < 5; ++i) {
     clients.push_back(UnconnectedSocket());
@@ -138,6 +141,8 @@ TEST(ListenerTest, OutOfFileDescriptorsClosesNewConnectionsAndAcceptsAgainAfterw
   ASSERT_TRUE(listener.ok()) << listener.status();
   HoldingAcceptor acceptor;
   (*listener)->Start(&acceptor, nullptr);
+  // The accept thread stops before the acceptor it calls goes.
+  absl::Cleanup stop_listener = [&] { (*listener)->Stop(); };
   // Client sockets first: their descriptors exist before the limit drops.
   constexpr int kClients = 40;
   std::vector<int> clients;
@@ -212,6 +217,8 @@ TEST(ListenerTest, AConnectionThatSendsWithoutProgressIsClosed) {
     std::vector<std::thread> readers_;
   } acceptor;
   (*listener)->Start(&acceptor, nullptr);
+  // The accept thread stops before the acceptor it calls goes.
+  absl::Cleanup stop_listener = [&] { (*listener)->Stop(); };
   const int stalled = UnconnectedSocket();
   const int working = UnconnectedSocket();
   ASSERT_TRUE(Connect(stalled, (*listener)->port()));
@@ -467,6 +474,8 @@ TEST(ListenerProbeTest, TellsAcceptingFromNotAccepting) {
   ASSERT_TRUE(full.ok());
   HoldingAcceptor acceptor;
   (*full)->Start(&acceptor, nullptr);
+  // The accept thread stops before the acceptor it calls goes.
+  absl::Cleanup stop_listener = [&] { (*full)->Stop(); };
   const int holder = UnconnectedSocket();
   ASSERT_TRUE(Connect(holder, (*full)->port()));
   ASSERT_TRUE(WaitFor([&] { return acceptor.held() == 1; }, absl::Seconds(5)));
