@@ -6,24 +6,51 @@
 #ifndef DECODED_SERVER_UNKNOWN_FLAGS_H_
 #define DECODED_SERVER_UNKNOWN_FLAGS_H_
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/flags/reflection.h"
+#include "absl/strings/str_split.h"
 
 namespace decoded {
 
+// Abseil's usage flags: its parser handles them itself and they are not in
+// its flag registry (absl/flags/internal/usage.cc, DeduceUsageFlags).
+inline bool IsAbslUsageFlag(std::string_view name) {
+  for (std::string_view usage : {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch", "version",
+                                 "only_check_args"}) {
+    if (name == usage) return true;
+  }
+  return false;
+}
+
 // "--name", "--name=value", "-name", and "--noname" for a bool flag; stops at
-// "--" (what follows is positional). Returns the first unknown name.
+// "--" (what follows is positional). Abseil's usage flags and the names an
+// --undefok lists (Abseil's meaning: may be given though not defined) are
+// not unknown. Returns the first unknown name.
 inline std::optional<std::string> FirstUnknownFlag(int argc, char** argv) {
+  std::vector<std::string> undefok;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") break;
+    for (std::string_view prefix : {"--undefok=", "-undefok="}) {
+      if (arg.substr(0, prefix.size()) == prefix) {
+        const std::string names(arg.substr(prefix.size()));
+        for (absl::string_view name : absl::StrSplit(names, ',')) undefok.emplace_back(name);
+      }
+    }
+  }
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") break;
     if (arg.size() < 2 || arg[0] != '-') continue;
     arg.remove_prefix(arg[1] == '-' ? 2 : 1);
     const std::string name(arg.substr(0, arg.find('=')));
-    if (absl::FindCommandLineFlag(name) != nullptr) continue;
+    if (absl::FindCommandLineFlag(name) != nullptr || IsAbslUsageFlag(name)) continue;
+    if (std::find(undefok.begin(), undefok.end(), name) != undefok.end()) continue;
     if (name.rfind("no", 0) == 0) {
       const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name.substr(2));
       if (flag != nullptr && flag->IsOfType<bool>()) continue;

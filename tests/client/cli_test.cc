@@ -153,6 +153,19 @@ TEST(CliTest, UnknownFlagsAndAModeWithoutItsInputAreBadInput) {
   EXPECT_NE(run.err.find("--system is for --chat"), std::string::npos) << run.err;
 }
 
+// Abseil's own usage flags are not unknown flags (they were, for a while).
+TEST(CliTest, HelpAndVersionAreAnsweredAndUndefokNamesMayBeGiven) {
+  CliRun run = RunCli({"--help"});
+  EXPECT_EQ(run.exit_status, 1);  // Abseil's status after usage
+  EXPECT_TRUE(absl::StrContains(run.out, "--server")) << run.out << run.err;
+  EXPECT_FALSE(absl::StrContains(run.err, "unknown flag")) << run.err;
+  run = RunCli({"--version"});
+  EXPECT_EQ(run.exit_status, 0) << run.err;
+  run = RunCli({kNoServer, "--prompt", "hi", "--undefok=no_such_flag", "--no_such_flag=1"});
+  EXPECT_EQ(run.exit_status, 1) << run.err;  // reaches the absent server
+  EXPECT_FALSE(absl::StrContains(run.err, "unknown flag")) << run.err;
+}
+
 TEST(CliTest, NoModeIsBadInput) {
   const CliRun run = RunCli({kNoServer});
   EXPECT_EQ(run.exit_status, 2);

@@ -418,6 +418,23 @@ TEST(HardeningProcessTest, FlagsThatCannotHoldAreRefusedAtStartWithExit2) {
   }
 }
 
+// Abseil's usage flags and the names an --undefok lists are not unknown
+// flags (the check that refuses unknown flags with exit 2 once took them).
+TEST(HardeningProcessTest, HelpAndVersionAreAnsweredAndUndefokNamesMayBeGiven) {
+  {
+    Daemon daemon({"--help"});
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 1) << daemon.Log();  // Abseil's status after usage
+    EXPECT_FALSE(absl::StrContains(daemon.Log(), "unknown flag")) << daemon.Log();
+  }
+  {
+    Daemon daemon({"--version"});
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
+  }
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--undefok=no_such_flag", "--no_such_flag=1"}));
+  EXPECT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+}
+
 // With --mmap, a model file replaced the way deploys do it (a new file
 // renamed over the path) leaves the mapped one intact: logged, still served.
 TEST(HardeningProcessTest, MappedModelFileReplacedByRenameIsServedOn) {
