@@ -34,6 +34,7 @@ ABSL_FLAG(int, tokenize_calls, 8, "concurrent Tokenize calls");
 ABSL_FLAG(int, tokenize_bytes, 1 << 20, "text bytes of each Tokenize call");
 ABSL_FLAG(int, health_interval_ms, 50, "pause between health checks");
 ABSL_FLAG(int, call_deadline_seconds, 60, "deadline of each Tokenize and health call");
+ABSL_FLAG(bool, print_gaps, false, "also print the loaded turn's inter-token gaps (ms, in order) on stderr");
 
 namespace {
 
@@ -128,6 +129,10 @@ int main(int argc, char** argv) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the Tokenize calls are running
   const std::vector<double> loaded = Stream(*stream_stub);
+  if (absl::GetFlag(FLAGS_print_gaps)) {
+    for (double g : loaded) std::fprintf(stderr, "%.1f ", g * 1e3);
+    std::fprintf(stderr, "\n");
+  }
   stop = true;
   prober.join();
   for (auto& c : calls) c->TryCancel();
