@@ -15,6 +15,7 @@
 #ifndef DECODED_ENGINE_RUNTIME_H_
 #define DECODED_ENGINE_RUNTIME_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -146,8 +147,13 @@ inline constexpr int32_t kMaxBatch = 64;
 // beyond 4 rows, while a worker holds at most a dozen plans.
 std::vector<int32_t> BatchBuckets(int32_t max_batch);
 
-// A CPU executor with `threads` compute threads (>= 1).
-std::unique_ptr<Executor> CreateCpuExecutor(int threads);
+// A CPU executor with `threads` compute threads (>= 1). With `lent_threads`,
+// each parallel region runs on max(1, threads - *lent_threads) of them (read
+// as the region starts): threads lent to host work beside the team (see
+// EngineOptions::lend_threads_to_host_work). Outputs do not depend on how
+// many run a region: every kernel gives each output row the same arithmetic
+// whatever the split.
+std::unique_ptr<Executor> CreateCpuExecutor(int threads, const std::atomic<int>* lent_threads = nullptr);
 
 // Process-wide engine counters (EngineCounters, GetEngineCounters()) come
 // from engine/engine_counters.h.

@@ -330,6 +330,13 @@ int main(int argc, char** argv) {
   engine_options.mmap_weights = absl::GetFlag(FLAGS_mmap);
   engine_options.workers = workers;
   engine_options.threads_per_worker = threads;
+  // Teams that take every CPU leave none for Tokenize and long prompts: they
+  // lend a thread while such work runs (EngineOptions).
+  engine_options.lend_threads_to_host_work = threads > 1 && compute_threads >= budget.cpus;
+  if (engine_options.lend_threads_to_host_work) {
+    std::cerr << "decoded: the compute teams take every CPU: each lends a thread while a large Tokenize, "
+                 "Detokenize or prompt is encoded\n";
+  }
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   engine_options.max_batch = absl::GetFlag(FLAGS_max_batch);
   engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <memory>
 #include <thread>
 
@@ -17,7 +18,8 @@ constexpr int kSpinBeforeSleep = 1 << 16;
 constexpr int kSpinBeforeYield = 1 << 12;
 }  // namespace
 
-CpuExecutor::CpuExecutor(int threads) : nth_(threads < 1 ? 1 : threads) {
+CpuExecutor::CpuExecutor(int threads, const std::atomic<int>* lent_threads)
+    : nth_(threads < 1 ? 1 : threads), lent_threads_(lent_threads) {
   for (int i = 1; i < nth_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
@@ -30,8 +32,10 @@ CpuExecutor::~CpuExecutor() {
 
 void CpuExecutor::WorkerLoop(int ith) {
   uint32_t seen = 0;
+  bool skipped = false;
   for (;;) {
-    int spins = 0;
+    // A member left out of the last region sleeps at once: its core is lent.
+    int spins = skipped ? kSpinBeforeSleep : 0;
     uint32_t e;
     while ((e = epoch_.load(std::memory_order_acquire)) == seen) {
       if (++spins < kSpinBeforeSleep) {
@@ -42,22 +46,27 @@ void CpuExecutor::WorkerLoop(int ith) {
     }
     seen = e;
     if (stop_.load(std::memory_order_acquire)) return;
-    fn_(ctx_, ith, nth_);
+    skipped = ith >= width_;
+    if (!skipped) fn_(ctx_, ith, width_);
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
 void CpuExecutor::Parallel(RegionFn fn, void* ctx) {
-  if (nth_ == 1) {
+  const int lent = lent_threads_ == nullptr ? 0 : lent_threads_->load(std::memory_order_relaxed);
+  const int width = lent <= 0 ? nth_ : std::max(1, nth_ - lent);
+  if (width == 1) {  // the other members are not woken
+    width_ = 1;
     fn(ctx, 0, 1);
     return;
   }
   fn_ = fn;
   ctx_ = ctx;
+  width_ = width;
   done_.store(0, std::memory_order_relaxed);
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   epoch_.notify_all();
-  fn(ctx, 0, nth_);
+  fn(ctx, 0, width);
   int spins = 0;
   while (done_.load(std::memory_order_acquire) != nth_ - 1) {
     if (++spins < kSpinBeforeYield) {
@@ -82,9 +91,9 @@ void CpuExecutor::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
 }
 
 void CpuExecutor::Barrier() {
-  if (nth_ == 1) return;
+  if (width_ == 1) return;
   const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
-  if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == nth_ - 1) {
+  if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == width_ - 1) {
     barrier_count_.store(0, std::memory_order_relaxed);
     barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
   } else {
@@ -101,6 +110,8 @@ void CpuExecutor::Barrier() {
   }
 }
 
-std::unique_ptr<Executor> CreateCpuExecutor(int threads) { return std::make_unique<CpuExecutor>(threads); }
+std::unique_ptr<Executor> CreateCpuExecutor(int threads, const std::atomic<int>* lent_threads) {
+  return std::make_unique<CpuExecutor>(threads, lent_threads);
+}
 
 }  // namespace decoded

@@ -7,6 +7,11 @@
 // hundred barriers, so wake-up latency matters) and then sleep on a futex.
 // Nothing here allocates after construction.
 //
+// While *lent_threads > 0 (when given), a region runs on fewer members:
+// width = max(1, threads - *lent_threads), fixed for the region; the others
+// skip it and go straight back to sleep, leaving their cores to the host work
+// the threads were lent to.
+//
 // Thread-safety: Parallel() is called by one thread at a time (the worker
 // that owns the executor).
 #ifndef DECODED_ENGINE_CPU_CPU_EXECUTOR_H_
@@ -25,7 +30,7 @@ class CpuExecutor final : public Executor {
  public:
   using RegionFn = void (*)(void* ctx, int ith, int nth);
 
-  explicit CpuExecutor(int threads);
+  explicit CpuExecutor(int threads, const std::atomic<int>* lent_threads = nullptr);
   ~CpuExecutor() override;
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
@@ -36,16 +41,19 @@ class CpuExecutor final : public Executor {
   void Parallel(RegionFn fn, void* ctx);
   // Indices dealt round-robin to the team (i % nth == ith).
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) override;
-  // All nth members must call it the same number of times within a region.
+  // All members running the region (its nth) must call it the same number of
+  // times within it.
   void Barrier();
 
  private:
   void WorkerLoop(int ith);
 
   int nth_;
+  const std::atomic<int>* const lent_threads_;
   std::vector<std::thread> workers_;
   RegionFn fn_ = nullptr;
   void* ctx_ = nullptr;
+  int width_ = 1;  // members running the current region; published by epoch_
   std::atomic<uint32_t> epoch_{0};
   std::atomic<int> done_{0};
   std::atomic<bool> stop_{false};

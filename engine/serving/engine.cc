@@ -3,6 +3,7 @@
 #include "engine/serving/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -154,7 +155,8 @@ class EngineImpl final : public Engine {
     so.kv_budget_bytes = options.kv_budget_bytes;
     so.max_unconsumed_events = options.max_unconsumed_events;
     const int threads = options.threads_per_worker;
-    so.make_executor = [threads] { return CreateCpuExecutor(threads); };
+    const std::atomic<int>* lent = options.lend_threads_to_host_work ? &lent_threads_ : nullptr;
+    so.make_executor = [threads, lent] { return CreateCpuExecutor(threads, lent); };
     so.max_batch = options.max_batch;
     so.on_step = options.on_step;
     scheduler_ = std::make_unique<Scheduler>(model_.get(), std::move(so));
@@ -169,11 +171,13 @@ class EngineImpl final : public Engine {
     // Text and chat input are encoded without BOS: the scheduler prepends it
     // when the turn opens an empty context.
     switch (turn.kind) {
-      case TurnRequest::InputKind::kText:
+      case TurnRequest::InputKind::kText: {
         if (turn.text.empty()) return absl::InvalidArgumentError("the turn's text is empty");
+        const ThreadLoan loan(&lent_threads_, turn.text.size() >= kLoanBytes);
         prepared.prompt = tok.Encode(turn.text, /*add_bos=*/false, /*parse_special=*/true);
         prepared.bos_id = tok.prompt_bos_id();
         break;
+      }
       case TurnRequest::InputKind::kMessages: {
         if (turn.messages.empty()) return absl::InvalidArgumentError("the turn has no messages");
         // Text and token turns keep working on a model whose template is
@@ -211,6 +215,7 @@ class EngineImpl final : public Engine {
       return absl::InvalidArgumentError(absl::StrCat("text has ", text.size(), " bytes, over the server's limit of ",
                                                      limits_.max_text_bytes, " (max_text_bytes)"));
     }
+    const ThreadLoan loan(&lent_threads_, text.size() >= kLoanBytes);
     return model_->model().tokenizer().Encode(text, add_bos, parse_special);
   }
 
@@ -219,6 +224,7 @@ class EngineImpl final : public Engine {
       return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids, over the server's limit of ",
                                                      limits_.max_token_ids, " (max_token_ids)"));
     }
+    const ThreadLoan loan(&lent_threads_, ids.size() >= kLoanIds);
     // Valid UTF-8 (a protobuf string must be), by the same rule as streamed text.
     absl::StatusOr<std::string> text = model_->model().tokenizer().Detokenize(ids, render_special);
     if (text.ok() && static_cast<int64_t>(text->size()) > limits_.max_text_bytes) {
@@ -244,6 +250,28 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  // Host work at least this large borrows a compute thread of every worker
+  // while it runs (EngineOptions::lend_threads_to_host_work).
+  static constexpr size_t kLoanBytes = size_t{64} << 10;
+  static constexpr size_t kLoanIds = 16384;
+
+  // Lends one compute thread of every worker's team while it lives (a no-op
+  // unless `lend`, or unless the engine lends threads at all).
+  class ThreadLoan {
+   public:
+    ThreadLoan(std::atomic<int>* lent, bool lend) : lent_(lend ? lent : nullptr) {
+      if (lent_ != nullptr) lent_->fetch_add(1, std::memory_order_relaxed);
+    }
+    ~ThreadLoan() {
+      if (lent_ != nullptr) lent_->fetch_sub(1, std::memory_order_relaxed);
+    }
+    ThreadLoan(const ThreadLoan&) = delete;
+    ThreadLoan& operator=(const ThreadLoan&) = delete;
+
+   private:
+    std::atomic<int>* const lent_;
+  };
+
   // INVALID_ARGUMENT for input beyond RequestLimits, and for text or chat
   // content with more bytes than a session's context could hold as tokens (a
   // cheap bound: the tokenizer's cost grows with the input, the context's
@@ -313,6 +341,9 @@ class EngineImpl final : public Engine {
   const RequestLimits limits_;
   int64_t max_input_bytes_ = 0;
   EngineModelInfo info_;
+  // Threads lent to host work now; read by the workers' executors when the
+  // engine lends (they only exist then). Mutable: const calls lend too.
+  mutable std::atomic<int> lent_threads_{0};
   std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
 };
 

@@ -7,11 +7,14 @@
 // Runs on every tiny family fixture and on the real model; plus the host-side
 // checks of a batched step and its allocation-free rebind.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/cpu/cpu_executor.h"
@@ -208,6 +211,48 @@ std::string FixtureName(const ::testing::TestParamInfo<FixtureCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchFixtureTest, ::testing::ValuesIn(kFixtures), FixtureName);
+
+// A team that lends threads to host work runs regions narrower
+// (EngineOptions::lend_threads_to_host_work); nothing it computes may change,
+// or a session's output would depend on what other clients asked for. Here
+// the lent count changes all the time on another thread (so regions run 3, 2
+// and 1 wide in no set order): the prefills, the D1 decodes and the batched
+// steps must all equal the full-width team's byte for byte.
+class LentThreadsFixtureTest : public ::testing::TestWithParam<FixtureCase> {};
+
+TEST_P(LentThreadsFixtureTest, ANarrowerTeamChangesNoLogit) {
+  Loaded l = Load(testing::TestDataPath(GetParam().file));
+  ASSERT_NE(l.model, nullptr);
+  const std::vector<Stream> streams = MakeStreams(6, l.model->dims().vocab, /*long_extra=*/0, 11);
+  constexpr int32_t kCapacity = 64;
+  CpuExecutor full(3);
+  const auto oracle = SoloOracle(*l.model, streams, kCapacity, full);
+  ASSERT_EQ(oracle.size(), streams.size());
+  std::atomic<int> lent{0};
+  std::atomic<bool> stop{false};
+  std::thread lender([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      lent.store(i % 3);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  CpuExecutor lending(3, &lent);
+  const auto narrowed = SoloOracle(*l.model, streams, kCapacity, lending);
+  std::set<int> sizes;
+  const int differing = RunBatched(*l.model, streams, oracle, kCapacity, lending, &sizes);
+  stop = true;
+  lender.join();
+  ASSERT_EQ(narrowed.size(), oracle.size());
+  for (size_t i = 0; i < oracle.size(); ++i) {
+    ASSERT_EQ(narrowed[i].size(), oracle[i].size());
+    for (size_t k = 0; k < oracle[i].size(); ++k) {
+      EXPECT_TRUE(SameBytes(narrowed[i][k], oracle[i][k])) << "stream " << i << " step " << k;
+    }
+  }
+  EXPECT_EQ(differing, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LentThreadsFixtureTest, ::testing::ValuesIn(kFixtures), FixtureName);
 
 // The control: two rows' caches exchanged. Their logits must differ from the
 // oracle (the comparison can fail, and a row reads the cache its table

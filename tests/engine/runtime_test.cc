@@ -2,6 +2,7 @@
 #include "engine/runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -115,6 +116,44 @@ TEST(RealModelRuntimeTest, KvBytesFollowTheGeometryAndAreReleased) {
   EXPECT_EQ(after.kv_bytes, before.kv_bytes);
   EXPECT_EQ(after.bound_nodes, before.bound_nodes);
   EXPECT_EQ(after.live_contexts, before.live_contexts);
+}
+
+// A team that lends threads to host work (EngineOptions::
+// lend_threads_to_host_work) runs its regions narrower; every logit must stay
+// the same byte for byte, or a session's output would depend on what other
+// clients asked for. The real model: a prefill and decode steps with the
+// width changing between steps (3, 2, 1, 3, 2), against the full-width team.
+// (Every family's fixture, batched: batch_decode_test.)
+TEST(LentThreadsTest, ANarrowerTeamGivesTheRealModelTheSameLogits) {
+  DECODED_REQUIRE_REAL_MODEL();
+  auto model = Model::Load(testing::RealModelPath());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> prompt = {2, 818, 5279, 529, 7001, 563, 9079, 236764};
+  const std::vector<int32_t> next = {6, 1, 8, 10, 12};
+  auto run = [&](Executor& ex, std::atomic<int>* lent) {
+    std::vector<std::vector<float>> out;
+    auto ctx = (*model)->NewContext(32);
+    if (!ctx.ok()) return out;
+    auto logits = (*ctx)->Prefill(prompt, false, ex);
+    for (size_t i = 0; logits.ok(); ++i) {
+      out.emplace_back(logits->begin(), logits->end());
+      if (i == next.size()) break;
+      if (lent != nullptr) lent->store(static_cast<int>(i % 3));
+      logits = (*ctx)->Decode(next[i], ex);
+    }
+    return out;
+  };
+  auto full = CreateCpuExecutor(3);
+  const std::vector<std::vector<float>> want = run(*full, nullptr);
+  ASSERT_EQ(want.size(), next.size() + 1);
+  std::atomic<int> lent{1};
+  auto lending = CreateCpuExecutor(3, &lent);
+  const std::vector<std::vector<float>> got = run(*lending, &lent);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)), 0) << "step " << i;
+  }
 }
 
 // The real instruct models of the llama-style families through the runtime
