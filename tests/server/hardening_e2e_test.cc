@@ -397,6 +397,49 @@ std::vector<double> StreamGaps(v1::Decoder::Stub& stub, int tokens) {
 // turn on the utility pool: health answers and the stream keeps its pace.
 // The figures are printed; the bounds asserted are loose enough for a loaded
 // machine and the sanitizer build (docs/serving.md has the measured ones).
+// A team that takes every CPU lends a thread while a large Tokenize runs
+// (EngineOptions::lend_threads_to_host_work): a stream decoded while
+// 1 MiB Tokenize calls come and go has the same tokens and log-probabilities
+// as the same turn served alone, and the calls are answered.
+TEST(HardeningTest, ATeamThatLendsAThreadToTokenizeServesTheSameTokens) {
+  DECODED_REQUIRE_REAL_MODEL();
+  serving::EngineOptions eo = SmallEngine(/*max_sessions=*/2);
+  eo.threads_per_worker = 2;
+  eo.lend_threads_to_host_work = true;
+  auto server = Serve(std::move(eo));
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::Decoder::NewStub(e2e::ChannelTo(*server));
+  v1::GenerateRequest turn = TextTurn("Count to one thousand:", 40);
+  turn.mutable_turn()->mutable_sampling()->set_top_logprobs(5);
+  const e2e::TurnResult alone = e2e::Solo(*stub, turn);
+  ASSERT_TRUE(alone.ended);
+  std::atomic<bool> stop{false};
+  std::atomic<int> tokenized{0};
+  std::thread tokenizer([&] {
+    auto own = v1::Decoder::NewStub(e2e::ChannelTo(*server));
+    v1::TokenizeRequest req;
+    std::string text;
+    while (text.size() < (1 << 20) - 16) absl::StrAppend(&text, "a long text ");
+    req.set_text(text);
+    while (!stop.load()) {
+      grpc::ClientContext ctx;
+      v1::TokenizeResponse resp;
+      if (own->Tokenize(&ctx, req, &resp).ok()) ++tokenized;
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  const e2e::TurnResult loaded = e2e::Solo(*stub, turn);
+  stop = true;
+  tokenizer.join();
+  EXPECT_GT(tokenized.load(), 0);
+  ASSERT_TRUE(loaded.ended);
+  EXPECT_EQ(loaded.ids, alone.ids);
+  ASSERT_EQ(loaded.events.size(), alone.events.size());
+  for (size_t i = 0; i < alone.events.size(); ++i) {
+    EXPECT_EQ(loaded.events[i].SerializeAsString(), alone.events[i].SerializeAsString()) << "event " << i;
+  }
+}
+
 TEST(HardeningTest, HeavyTokenizeCallsDoNotStallHealthOrAStream) {
   DECODED_REQUIRE_REAL_MODEL();
   auto server = Serve(SmallEngine(/*max_sessions=*/2));
