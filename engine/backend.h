@@ -10,9 +10,11 @@
 #define DECODED_ENGINE_BACKEND_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/functional/function_ref.h"
@@ -45,13 +47,18 @@ class Executor {
   }
 };
 
-// Device memory. On CPU: 64-byte aligned host memory.
+// Device memory. On CPU: 64-byte aligned host memory; on Vulkan: device
+// memory mapped into the host (engine/vulkan/vulkan_buffer.h).
 class DeviceBuffer {
  public:
   virtual ~DeviceBuffer() = default;
+  // The host view of the bytes (host-visible on every backend here).
   virtual void* data() = 0;
   virtual const void* data() const = 0;
   virtual size_t size() const = 0;
+  // The address kernels use for the first byte: what device-resident tables
+  // (the KV binding table, engine/kv_rows.h) hold. The host pointer on CPU.
+  virtual uint64_t device_address() const { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(data())); }
 };
 
 // Everything a plan is bound to besides weights: one buffer per DataSlot for
@@ -80,7 +87,19 @@ class CompiledPlan {
 class Backend {
  public:
   virtual ~Backend() = default;
+  // "cpu", "vulkan".
   virtual std::string_view name() const = 0;
+  // The device plans run on, for people: "cpu", or the GPU's name.
+  virtual std::string device_name() const { return std::string(name()); }
+  // A worker's executor for this backend's plans: `threads` host threads
+  // (>= 1) for the work the backend runs on the host (all of it on CPU;
+  // sampling beside a GPU), `lent_threads` as CreateCpuExecutor's.
+  virtual std::unique_ptr<Executor> CreateExecutor(int threads, const std::atomic<int>* lent_threads = nullptr) = 0;
+  // OK if every node of `graph` has a kernel here; UNIMPLEMENTED naming the
+  // first op (and weight type) that has none. A model is checked at load with
+  // its one-token decode graph, so an unsupported family is refused before
+  // it serves, never at its first token.
+  virtual absl::Status CheckSupported(const Graph& graph) const = 0;
   // RESOURCE_EXHAUSTED when the device cannot provide `bytes`.
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) = 0;
   // Copies `bytes` from host memory into `dst` at `offset`. Allocation-free.

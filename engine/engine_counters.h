@@ -1,4 +1,5 @@
-// Process-wide engine counters (graph builds, rebinds, bound nodes, KV bytes).
+// Process-wide engine counters (graph builds, rebinds, bound nodes, KV bytes,
+// CPU activation quantizations).
 // Lock-free atomics; read with GetEngineCounters() (engine/runtime.h).
 #ifndef DECODED_ENGINE_ENGINE_COUNTERS_H_
 #define DECODED_ENGINE_ENGINE_COUNTERS_H_
@@ -16,6 +17,9 @@ struct EngineCounters {
   int64_t bound_nodes;       // data-node bindings currently held by live contexts
   int64_t kv_bytes;          // KV bytes currently held by live contexts
   int64_t live_contexts;
+  // Activation quantizations lowered into compiled CPU plans: one per distinct
+  // (input, activation type) a plan's matmuls read, however many share it.
+  int64_t cpu_activation_quantizations;
 };
 EngineCounters GetEngineCounters();
 
@@ -29,6 +33,7 @@ void AddHeldPlanRebuild();
 void AddBoundNodes(int64_t delta);
 void AddKvBytes(int64_t delta);
 void AddLiveContexts(int64_t delta);
+void AddCpuActivationQuantizations(int64_t n);
 
 int64_t GraphBuilds();
 int64_t Rebinds();

@@ -85,9 +85,8 @@ float* KvCache::v(int32_t layer) {
 void KvCache::FillKvRow(int64_t* row) {
   row[0] = capacity_;
   for (int32_t l = 0; l < n_layers_; ++l) {
-    row[1 + 2 * l] = static_cast<int64_t>(reinterpret_cast<intptr_t>(k(l)));
-    float* vl = v(l);
-    row[2 + 2 * l] = vl != nullptr ? static_cast<int64_t>(reinterpret_cast<intptr_t>(vl)) : 0;
+    row[1 + 2 * l] = static_cast<int64_t>(k_[static_cast<size_t>(l)]->device_address());
+    row[2 + 2 * l] = v_.empty() ? 0 : static_cast<int64_t>(v_[static_cast<size_t>(l)]->device_address());
   }
 }
 

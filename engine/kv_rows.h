@@ -11,8 +11,9 @@
 //
 // Layout: int64 [rows, KvRowStride(n_layers)], row r =
 //   [0]           capacity of row r's cache (positions)
-//   [1 + 2l]      address of layer l's K buffer (f32 [n_kv_heads, capacity, k_dim])
-//   [2 + 2l]      address of layer l's V buffer (f32 [n_kv_heads, capacity, v_dim]);
+//   [1 + 2l]      device address (DeviceBuffer::device_address(), the host pointer
+//                 on CPU) of layer l's K buffer (f32 [n_kv_heads, capacity, k_dim])
+//   [2 + 2l]      that of layer l's V buffer (f32 [n_kv_heads, capacity, v_dim]);
 //                 0 when the layout keeps the value in the K row (KvLayout::v_in_k)
 // The driver fills a row from a KvCache it has checked on the host (geometry,
 // capacity, write offset: decode_driver.h); kernels only read it.

@@ -4,12 +4,19 @@
 // compile time. Run() enters one parallel region; each team member walks the
 // whole list, does its share of each step, and meets the others at a barrier
 // between steps.
+//
+// A matmul lowers to two steps: quantize its f32 input into the weight type's
+// activation rows (quant::ActivationType), then the matmul on those rows.
+// Matmuls of one input whose weight types share an activation type (q/k/v,
+// gate/up) share one quantization.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include <sys/mman.h>
@@ -18,6 +25,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
+#include "engine/engine_counters.h"
 #include "engine/kv_rows.h"
 #include "engine/quant/quant.h"
 
@@ -68,12 +76,64 @@ class CpuBuffer final : public DeviceBuffer {
   size_t mapped_;  // bytes mapped (0: from malloc)
 };
 
+size_t AlignUp(size_t n) { return (n + kBufferAlign - 1) / kBufferAlign * kBufferAlign; }
+
+bool IsMatMul(Op op) { return op == Op::kMatMul || op == Op::kHeadMatMul; }
+
+// Scratch for quantized activations, in slots: a slot is taken by one
+// conversion until the last matmul reading it has been emitted, then free for
+// the next, and is as large as the largest conversion it holds. A layer's
+// conversions run one after another, so a plan needs a slot or two, not one
+// buffer per conversion of every layer.
+class ScratchSlots {
+ public:
+  int32_t Acquire(size_t bytes) {
+    // The smallest free slot that fits, else the largest free one (grown).
+    int32_t pick = -1;
+    for (int32_t i = 0; i < static_cast<int32_t>(bytes_.size()); ++i) {
+      if (busy_[i]) continue;
+      if (pick < 0) {
+        pick = i;
+        continue;
+      }
+      const bool fits = bytes_[i] >= bytes, pick_fits = bytes_[pick] >= bytes;
+      if (fits != pick_fits ? fits : (fits ? bytes_[i] < bytes_[pick] : bytes_[i] > bytes_[pick])) pick = i;
+    }
+    if (pick < 0) {
+      pick = static_cast<int32_t>(bytes_.size());
+      bytes_.push_back(0);
+      busy_.push_back(false);
+    }
+    bytes_[pick] = std::max(bytes_[pick], bytes);
+    busy_[pick] = true;
+    return pick;
+  }
+  void Release(int32_t slot) { busy_[slot] = false; }
+  // Slot offsets in one buffer, each 64-byte aligned; returns the buffer size.
+  size_t Layout(std::vector<size_t>& offsets) const {
+    size_t end = 0;
+    for (size_t b : bytes_) {
+      offsets.push_back(end);
+      end += AlignUp(b);
+    }
+    return end;
+  }
+
+ private:
+  std::vector<size_t> bytes_;
+  std::vector<char> busy_;
+};
+
 struct Step {
   Op op = Op::kConst;
-  const Node* node = nullptr;
+  const Node* node = nullptr;  // a quantize step's is the first matmul reading it
   float* out = nullptr;
   const void* src[5] = {};
-  // matmul
+  // quantize: src[0] f32 [rows, k] -> rows of ActivationType(act_weight), xq_row_bytes apart, at out
+  bool quantize = false;
+  DType act_weight = DType::kF32;
+  int32_t scratch_slot = -1;  // quantize: out; matmul: src[1]
+  // quantize and matmul
   size_t w_row_bytes = 0;
   size_t xq_row_bytes = 0;
   int64_t k = 0;
@@ -112,8 +172,29 @@ class CpuPlan final : public CompiledPlan {
         }
       }
     }
+    // Weight types the kernels lack are refused here. And each conversion's
+    // last reader: its scratch slot is free once that matmul is emitted.
+    using ConversionKey = std::pair<NodeId, DType>;  // (input node, activation type)
+    std::map<ConversionKey, size_t> last_reader;     // -> schedule index
+    for (size_t i = 0; i < plan_.schedule.size(); ++i) {
+      const Node& n = nodes[static_cast<size_t>(plan_.schedule[i])];
+      if (!IsMatMul(n.op)) continue;
+      const Node& w = nodes[static_cast<size_t>(n.src[0])];
+      if (w.op != Op::kWeight) {
+        return absl::InvalidArgumentError(absl::StrCat("matmul ", n.name, ": ", w.name, " is not a weight"));
+      }
+      if (!quant::IsSupportedWeightType(w.dtype)) {
+        return absl::InvalidArgumentError(absl::StrCat("matmul ", n.name, ": weight type ", DTypeName(w.dtype),
+                                                       " is not supported"));
+      }
+      last_reader[{n.src[1], quant::ActivationType(w.dtype)}] = i;
+    }
+    std::map<ConversionKey, int32_t> live_conversions;  // -> scratch slot
+    ScratchSlots slots;
+    int64_t conversions = 0;
     size_t moe_workspace_bytes = 0;
-    for (NodeId id : plan_.schedule) {
+    for (size_t i = 0; i < plan_.schedule.size(); ++i) {
+      const NodeId id = plan_.schedule[i];
       const Node& n = nodes[static_cast<size_t>(id)];
       Step s;
       s.op = n.op;
@@ -121,7 +202,7 @@ class CpuPlan final : public CompiledPlan {
       if (n.op != Op::kKvWrite) s.out = static_cast<float*>(const_cast<void*>(ptr(id)));
       for (size_t j = 0; j < n.src.size() && j < 5; ++j) s.src[j] = ptr(n.src[j]);
       if (!n.src.empty()) s.rows = nodes[static_cast<size_t>(n.src[0])].rows;
-      if (n.op == Op::kMatMul || n.op == Op::kHeadMatMul) {
+      if (IsMatMul(n.op)) {
         const Node& w = nodes[static_cast<size_t>(n.src[0])];
         const Node& x = nodes[static_cast<size_t>(n.src[1])];
         s.w_row_bytes = w.weight->row_bytes;
@@ -205,7 +286,52 @@ class CpuPlan final : public CompiledPlan {
         }
         moe_workspace_bytes = std::max(moe_workspace_bytes, cpu::MoeFfnWorkspaceBytes(s.moe));
       }
+      if (!IsMatMul(n.op)) {
+        steps_.push_back(s);
+        continue;
+      }
+      const Node& w = nodes[static_cast<size_t>(n.src[0])];
+      const Node& x = nodes[static_cast<size_t>(n.src[1])];
+      const ConversionKey key{n.src[1], quant::ActivationType(w.dtype)};
+      auto [conv, fresh] = live_conversions.emplace(key, -1);
+      if (fresh) {
+        Step q;
+        q.quantize = true;
+        q.node = &n;
+        q.act_weight = w.dtype;
+        q.src[0] = ptr(n.src[1]);
+        q.rows = x.rows;
+        q.k = x.cols;
+        q.xq_row_bytes = s.xq_row_bytes;
+        q.scratch_slot = conv->second = slots.Acquire(s.xq_row_bytes * static_cast<size_t>(x.rows));
+        steps_.push_back(q);
+        ++conversions;
+      }
+      s.scratch_slot = conv->second;
       steps_.push_back(s);
+      if (last_reader[key] == i) {
+        slots.Release(conv->second);
+        live_conversions.erase(conv);
+      }
+    }
+    std::vector<size_t> slot_offsets;
+    scratch_bytes_ = slots.Layout(slot_offsets);
+    if (scratch_bytes_ > 0) {
+      scratch_ = CpuBuffer::Create(scratch_bytes_);
+      if (!scratch_) {
+        return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", scratch_bytes_,
+                                                         " bytes of activation scratch"));
+      }
+      auto* base = static_cast<uint8_t*>(scratch_->data());
+      for (Step& st : steps_) {
+        if (st.scratch_slot < 0) continue;
+        uint8_t* p = base + slot_offsets[static_cast<size_t>(st.scratch_slot)];
+        if (st.quantize) {
+          st.out = reinterpret_cast<float*>(p);
+        } else {
+          st.src[1] = p;
+        }
+      }
     }
     // One workspace serves every MoE step: steps run one after another.
     if (moe_workspace_bytes > 0) {
@@ -216,6 +342,7 @@ class CpuPlan final : public CompiledPlan {
       }
       for (Step& st : steps_) st.moe.workspace = moe_workspace_->data();
     }
+    counters::AddCpuActivationQuantizations(conversions);
     return absl::OkStatus();
   }
 
@@ -240,7 +367,8 @@ class CpuPlan final : public CompiledPlan {
     return absl::MakeConstSpan(p, static_cast<size_t>(n.rows * n.cols));
   }
   const Graph& graph() const override { return graph_; }
-  size_t arena_bytes() const override { return plan_.arena_bytes; }
+  // Every intermediate: the optimizer's arena and the activation scratch.
+  size_t arena_bytes() const override { return plan_.arena_bytes + scratch_bytes_; }
 
  private:
   static void Region(void* ctx, int ith, int nth) {
@@ -253,6 +381,15 @@ class CpuPlan final : public CompiledPlan {
   }
 
   void RunStep(const Step& s, int ith, int nth) {
+    if (s.quantize) {
+      int64_t b, e;
+      cpu::Share(s.rows, ith, nth, &b, &e);
+      for (int64_t r = b; r < e; ++r) {
+        quant::QuantizeActivationRow(s.act_weight, static_cast<const float*>(s.src[0]) + r * s.k, s.k,
+                                     reinterpret_cast<uint8_t*>(s.out) + r * s.xq_row_bytes);
+      }
+      return;
+    }
     const Node& n = *s.node;
     const int64_t count = n.rows * n.cols;
     switch (n.op) {
@@ -276,16 +413,6 @@ class CpuPlan final : public CompiledPlan {
                            n.src.size() > 2 ? static_cast<const float*>(s.src[2]) : nullptr, s.out, n.rows, n.cols,
                            graph_.node(n.src[1]).cols, n.scalar, ith, nth);
         break;
-      case Op::kQuantize: {
-        const size_t rb = quant::ActivationRowBytes(n.act_for, n.cols);
-        int64_t b, e;
-        cpu::Share(n.rows, ith, nth, &b, &e);
-        for (int64_t r = b; r < e; ++r) {
-          quant::QuantizeActivationRow(n.act_for, static_cast<const float*>(s.src[0]) + r * n.cols, n.cols,
-                                       reinterpret_cast<uint8_t*>(s.out) + r * rb);
-        }
-        break;
-      }
       case Op::kMatMul: {
         const Node& w = graph_.node(n.src[0]);
         int64_t b, e;
@@ -414,6 +541,8 @@ class CpuPlan final : public CompiledPlan {
   MemoryPlan plan_;
   std::unique_ptr<CpuBuffer> arena_;
   std::unique_ptr<CpuBuffer> moe_workspace_;
+  std::unique_ptr<CpuBuffer> scratch_;  // quantized activations (ScratchSlots)
+  size_t scratch_bytes_ = 0;
   std::vector<Step> steps_;
   const SymEnv* env_ = nullptr;
   CpuExecutor* exec_ = nullptr;
@@ -423,6 +552,20 @@ class CpuPlan final : public CompiledPlan {
 class CpuBackendImpl final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
+  std::unique_ptr<Executor> CreateExecutor(int threads, const std::atomic<int>* lent_threads) override {
+    return std::make_unique<CpuExecutor>(std::max(threads, 1), lent_threads);
+  }
+  absl::Status CheckSupported(const Graph& graph) const override {
+    for (const Node& n : graph.nodes()) {
+      if (n.op != Op::kMatMul && n.op != Op::kHeadMatMul && n.op != Op::kGetRows) continue;
+      const DType t = graph.node(n.src[0]).dtype;
+      if (!quant::IsSupportedWeightType(t)) {
+        return absl::UnimplementedError(absl::StrCat("the CPU backend has no kernel for ", OpName(n.op), " node ",
+                                                     n.name, " over weight type ", DTypeName(t)));
+      }
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
     auto b = CpuBuffer::Create(bytes);
     if (!b) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));

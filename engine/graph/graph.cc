@@ -12,7 +12,6 @@ const char* OpName(Op op) {
     case Op::kGetRows: return "get_rows";
     case Op::kRmsNorm: return "rms_norm";
     case Op::kLayerNorm: return "layer_norm";
-    case Op::kQuantize: return "quantize";
     case Op::kMatMul: return "matmul";
     case Op::kAdd: return "add";
     case Op::kScale: return "scale";
@@ -37,7 +36,6 @@ size_t Node::bytes() const {
   if (op == Op::kWeight) {
     return weight ? weight->row_bytes * static_cast<size_t>(weight->rows) * static_cast<size_t>(weight->planes) : 0;
   }
-  if (op == Op::kQuantize) return 0;  // sized by the optimizer from the weight type
   auto rb = RowBytes(dtype, cols);
   return rb ? *rb * static_cast<size_t>(rows) : 0;
 }
@@ -112,10 +110,7 @@ NodeId Graph::layer_norm(NodeId x, NodeId w, NodeId b, float eps, std::string na
 }
 
 NodeId Graph::matmul(NodeId w, NodeId x, std::string name) {
-  Node q = F32Node(Op::kQuantize, node(x).rows, node(x).cols, {x}, name + ".act");
-  q.act_for = node(w).dtype;
-  const NodeId xq = push(std::move(q));
-  return push(F32Node(Op::kMatMul, node(x).rows, node(w).rows, {w, xq}, std::move(name)));
+  return push(F32Node(Op::kMatMul, node(x).rows, node(w).rows, {w, x}, std::move(name)));
 }
 
 NodeId Graph::add(NodeId a, NodeId b, std::string name) {
@@ -196,10 +191,7 @@ NodeId Graph::head_concat(NodeId a, NodeId b, int32_t n_groups, std::string name
 }
 
 NodeId Graph::head_matmul(NodeId w, NodeId x, int32_t n_groups, std::string name) {
-  Node q = F32Node(Op::kQuantize, node(x).rows, node(x).cols, {x}, name + ".act");
-  q.act_for = node(w).dtype;
-  const NodeId xq = push(std::move(q));
-  Node n = F32Node(Op::kHeadMatMul, node(x).rows, node(w).rows, {w, xq}, std::move(name));
+  Node n = F32Node(Op::kHeadMatMul, node(x).rows, node(w).rows, {w, x}, std::move(name));
   n.n_groups = n_groups;
   return push(std::move(n));
 }

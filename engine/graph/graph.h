@@ -55,8 +55,7 @@ enum class Op : uint8_t {
   kGetRows,      // out[i] = dequant(table[ids[i]])       src: table(weight), ids(i32 [1, n])
   kRmsNorm,      // out = x * rsqrt(mean(x^2) + eps) * w  per group of w.cols  src: x, w
   kLayerNorm,    // out = (x - mean) * rsqrt(var + eps) * w [+ b]  per group of w.cols  src: x, w [, b]
-  kQuantize,     // x converted to the activation type of weight type `act_for`  src: x
-  kMatMul,       // out[i, r] = dot(W[r], xq[i])          src: W(weight), xq(kQuantize)
+  kMatMul,       // out[i, r] = dot(W[r], x[i])           src: W(weight), x f32
   kAdd,          // out = a + b                           src: a, b (same shape)
   kScale,        // out = x * f0                          src: x
   kGeluMul,      // out = gelu_tanh(a) * b                src: a, b
@@ -71,7 +70,7 @@ enum class Op : uint8_t {
   kMoeFfn,       // routed SwiGLU experts: see Graph::moe_ffn; src: x, router_logits, gate_exps, up_exps, down_exps[, bias]
   kHeadSlice,    // out[r, g*count + c] = x[r, g*width + begin + c]   src: x
   kHeadConcat,   // per group g: out row = [a's group g, b's group g]  src: a, b
-  kHeadMatMul,   // per group g: out[i, g*n + r] = dot(W[g*n + r], xq[i] group g)  src: W(weight), xq(kQuantize)
+  kHeadMatMul,   // per group g: out[i, g*n + r] = dot(W[g*n + r], x[i] group g)  src: W(weight), x f32
 };
 
 const char* OpName(Op op);
@@ -142,14 +141,13 @@ struct Node {
   std::string name;
 
   // Op attributes, one typed group per op that has any (the others ignore them).
-  float scalar = 0.0f;          // kRmsNorm: eps; kScale: factor; kSoftcap: cap
-  DType act_for = DType::kF32;  // kQuantize: weight type whose activation type to produce
-  RopeAttrs rope;               // kRope
-  KvWriteAttrs kv_write;        // kKvWrite
-  AttentionAttrs attention;     // kAttention
-  MoeAttrs moe;                 // kMoeFfn
-  HeadSliceAttrs head_slice;    // kHeadSlice
-  int32_t n_groups = 0;         // kHeadConcat, kHeadMatMul
+  float scalar = 0.0f;        // kRmsNorm: eps; kScale: factor; kSoftcap: cap
+  RopeAttrs rope;             // kRope
+  KvWriteAttrs kv_write;      // kKvWrite
+  AttentionAttrs attention;   // kAttention
+  MoeAttrs moe;               // kMoeFfn
+  HeadSliceAttrs head_slice;  // kHeadSlice
+  int32_t n_groups = 0;       // kHeadConcat, kHeadMatMul
 
   const WeightTensor* weight = nullptr;  // kWeight
   int32_t input_slot = -1;               // kInput: index into the session's bindings
@@ -193,8 +191,9 @@ class Graph {
   // LayerNorm over the same groups: x [r, c]; w and b f32 weights [1, g]
   // with c % g == 0; b == kNoNode for a LayerNorm without bias.
   NodeId layer_norm(NodeId x, NodeId w, NodeId b, float eps, std::string name);
-  // x [m, k] times weight W [n, k]^T -> [m, n]. Inserts the activation
-  // conversion node (shared by matmuls of the same input, see optimizer).
+  // x f32 [m, k] times weight W [n, k]^T -> [m, n]. Which weight types a
+  // backend takes, and any conversion of x its kernels need (the CPU's Q8_0 /
+  // Q8_K activation rows), are its Compile's lowering, not nodes.
   NodeId matmul(NodeId w, NodeId x, std::string name);
   NodeId add(NodeId a, NodeId b, std::string name);
   NodeId scale(NodeId x, float s, std::string name);
@@ -240,7 +239,7 @@ class Graph {
   // matrix per group; x [m, n_groups * k] -> [m, n_groups * n], group g of
   // the output being x's group g times W's matrix g transposed. k must be
   // whole blocks of W's type (groups of the converted activation row then
-  // start on block boundaries). Inserts the activation conversion as matmul.
+  // start on block boundaries).
   NodeId head_matmul(NodeId w, NodeId x, int32_t n_groups, std::string name);
 
   // x f32 [rows, hidden]; router_logits f32 [rows, n_expert]; gate_exps and

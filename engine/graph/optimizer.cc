@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/quant/quant.h"
 
 namespace decoded {
 namespace {
@@ -20,35 +19,16 @@ bool LivesInArena(Op op) {
   return op != Op::kWeight && op != Op::kInput && op != Op::kConst && op != Op::kKvWrite;
 }
 
-absl::Status MergeActivationConversions(Graph& graph, MemoryPlan& plan) {
-  auto& nodes = graph.mutable_nodes();
-  // (source node, activation type) -> surviving kQuantize node
-  std::map<std::pair<NodeId, uint32_t>, NodeId> seen;
-  std::vector<NodeId> replace(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) replace[i] = static_cast<NodeId>(i);
+absl::Status ValidateSourceOrder(const Graph& graph) {
+  const auto& nodes = graph.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
-    Node& n = nodes[i];
-    for (NodeId& s : n.src) {
+    for (NodeId s : nodes[i].src) {
       if (s < 0 || static_cast<size_t>(s) >= i) {
         return absl::InvalidArgumentError(
-            absl::StrCat("graph node ", i, " (", n.name, ") reads node ", s, " not before it"));
-      }
-      s = replace[static_cast<size_t>(s)];
-    }
-    if (n.op == Op::kQuantize) {
-      if (!quant::IsSupportedWeightType(n.act_for)) {
-        return absl::InvalidArgumentError(absl::StrCat("matmul ", n.name, ": weight type ",
-                                                       DTypeName(n.act_for), " is not supported"));
-      }
-      auto key = std::make_pair(n.src[0], static_cast<uint32_t>(quant::ActivationType(n.act_for)));
-      auto [it, inserted] = seen.emplace(key, static_cast<NodeId>(i));
-      if (!inserted) {
-        replace[i] = it->second;
-        ++plan.merged_nodes;
+            absl::StrCat("graph node ", i, " (", nodes[i].name, ") reads node ", s, " not before it"));
       }
     }
   }
-  for (NodeId& o : graph.mutable_outputs()) o = replace[static_cast<size_t>(o)];
   return absl::OkStatus();
 }
 
@@ -56,10 +36,10 @@ absl::Status MergeActivationConversions(Graph& graph, MemoryPlan& plan) {
 
 int64_t OptimizerRuns() { return g_optimizer_runs.load(std::memory_order_relaxed); }
 
-absl::StatusOr<MemoryPlan> Optimize(Graph& graph) {
+absl::StatusOr<MemoryPlan> Optimize(const Graph& graph) {
   g_optimizer_runs.fetch_add(1, std::memory_order_relaxed);
+  if (auto s = ValidateSourceOrder(graph); !s.ok()) return s;
   MemoryPlan plan;
-  if (auto s = MergeActivationConversions(graph, plan); !s.ok()) return s;
 
   const auto& nodes = graph.nodes();
   const size_t n = nodes.size();
@@ -76,11 +56,7 @@ absl::StatusOr<MemoryPlan> Optimize(Graph& graph) {
   plan.node_bytes.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const Node& node = nodes[i];
-    if (node.op == Op::kQuantize) {
-      plan.node_bytes[i] = quant::ActivationRowBytes(node.act_for, node.cols) * static_cast<size_t>(node.rows);
-    } else {
-      plan.node_bytes[i] = node.bytes();
-    }
+    plan.node_bytes[i] = node.bytes();
     if (!live[i]) {
       ++plan.removed_nodes;
       continue;

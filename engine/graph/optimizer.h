@@ -2,14 +2,14 @@
 // held plan) and turns a built Graph into a schedule plus a memory plan.
 //
 // Passes, in order:
-//   1. activation-conversion CSE: matmuls that read the same input with weight
-//      types sharing an activation type (e.g. Q5_0 q/k and Q8_0 v projections
-//      all take Q8_0 activations) share one kQuantize node;
+//   1. validation: every node reads only nodes before it;
 //   2. dead-node removal: only nodes reachable from the outputs are scheduled;
 //   3. buffer liveness planning: every intermediate gets an offset in one
 //      preallocated arena; a buffer is reused once its last reader has run
 //      (first-fit over freed ranges, 64-byte aligned). Outputs stay live to the end.
-// Weights, inputs and constants live outside the arena.
+// Weights, inputs and constants live outside the arena. Nothing here depends
+// on a backend: which weight types a matmul supports, and any conversion of
+// its activations, are checked and lowered by the backend's Compile.
 #ifndef DECODED_ENGINE_GRAPH_OPTIMIZER_H_
 #define DECODED_ENGINE_GRAPH_OPTIMIZER_H_
 
@@ -28,13 +28,11 @@ struct MemoryPlan {
   std::vector<size_t> node_bytes;      // per node id; output bytes
   size_t arena_bytes = 0;
   int32_t removed_nodes = 0;           // by dead-node removal
-  int32_t merged_nodes = 0;            // by CSE
 };
 
-// Optimizes `graph` in place (CSE rewires sources) and plans its memory.
-// INVALID_ARGUMENT if the graph is malformed (a source after its user, an
-// unsupported weight type for a matmul).
-absl::StatusOr<MemoryPlan> Optimize(Graph& graph);
+// Schedules `graph` and plans its memory; the graph itself is left as built.
+// INVALID_ARGUMENT if the graph is malformed (a node reads a node not before it).
+absl::StatusOr<MemoryPlan> Optimize(const Graph& graph);
 
 // Number of Optimize() calls in this process (plans-once accounting).
 int64_t OptimizerRuns();

@@ -1,17 +1,23 @@
 // The CPU kernels of the FFN, norm, bias, RoPE, MoE and per-head (MLA) ops
 // against their formulas written out independently here (papers / HF
-// modeling code), in double.
+// modeling code), in double; and the CPU backend's lowering of matmuls into
+// activation quantization plus the quantized kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numbers>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
+#include "engine/engine_counters.h"
+#include "engine/graph/optimizer.h"
 #include "engine/kv_rows.h"
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
@@ -23,8 +29,10 @@ namespace {
 // Every kernel test runs once per instruction-set tier this CPU supports.
 class CpuKernelsTest : public testing::PerCpuIsaTest {};
 class MoeKernelTest : public testing::PerCpuIsaTest {};
+class CpuPlanTest : public testing::PerCpuIsaTest {};
 DECODED_INSTANTIATE_PER_CPU_ISA(CpuKernelsTest);
 DECODED_INSTANTIATE_PER_CPU_ISA(MoeKernelTest);
+DECODED_INSTANTIATE_PER_CPU_ISA(CpuPlanTest);
 
 std::vector<float> Random(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -581,6 +589,146 @@ TEST_P(CpuKernelsTest, AttentionReadsTheValueFromTheLeadingColumnsOfTheKeyRow) {
         EXPECT_NEAR(out[(t * heads + h) * v_dim + d], want, 1e-5);
       }
     }
+  }
+}
+
+// ---- CPU plans: a matmul is its activation quantization plus the kernel ----
+
+// A weight of `rows` rows of `cols` elements with its bytes.
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  WeightTensor tensor;
+};
+
+// Q8_0 rows are Q8_0 activation rows; Q4_K rows are random blocks with sane
+// fp16 scales; F32 rows are the floats.
+std::unique_ptr<TestWeight> MakeWeight(const char* name, DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  auto w = std::make_unique<TestWeight>();
+  const size_t rb = *RowBytes(type, cols);
+  w->bytes.assign(rb * static_cast<size_t>(rows), 0);
+  const std::vector<float> f = Random(static_cast<size_t>(rows * cols), seed);
+  if (type == DType::kF32) {
+    std::memcpy(w->bytes.data(), f.data(), w->bytes.size());
+  } else if (type == DType::kQ8_0) {
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::QuantizeActivationRow(DType::kQ8_0, f.data() + r * cols, cols, w->bytes.data() + r * rb);
+    }
+  } else {
+    EXPECT_EQ(type, DType::kQ4_K);
+    std::mt19937 gen(seed);
+    for (uint8_t& b : w->bytes) b = static_cast<uint8_t>(gen());
+    constexpr size_t kBlock = 144;  // block_q4_K: fp16 d, fp16 dmin, scales[12], qs[128]
+    for (size_t b = 0; b < w->bytes.size(); b += kBlock) {
+      const uint16_t d = quant::F32ToF16(0.01f), dmin = quant::F32ToF16(0.005f);
+      std::memcpy(&w->bytes[b], &d, 2);
+      std::memcpy(&w->bytes[b + 2], &dmin, 2);
+    }
+  }
+  w->tensor = WeightTensor{name, type, rows, cols, rb, w->bytes.data()};
+  return w;
+}
+
+// What a plan's matmul must compute: x quantized for W's type, then
+// quant::MatMul, group by group for a block-diagonal (head) matmul.
+std::vector<float> ReferenceMatMul(const WeightTensor& w, const std::vector<float>& x, int64_t m, int32_t groups) {
+  const int64_t k = w.cols * groups, per = w.rows / groups;
+  const size_t rb = quant::ActivationRowBytes(w.type, k);
+  std::vector<uint8_t> xq(rb * static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) quant::QuantizeActivationRow(w.type, x.data() + r * k, k, xq.data() + r * rb);
+  std::vector<float> y(static_cast<size_t>(m * w.rows));
+  for (int32_t g = 0; g < groups; ++g) {
+    quant::MatMul(w.type, w.data + static_cast<size_t>(g * per) * w.row_bytes, w.row_bytes, w.cols,
+                  xq.data() + g * (rb / groups), rb, m, y.data() + g * per, w.rows, 0, per);
+  }
+  return y;
+}
+
+NodeId F32Const(Graph& g, const std::vector<float>& v, int64_t rows, int64_t cols, const char* name) {
+  std::vector<uint8_t> bytes(v.size() * sizeof(float));
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  return g.constant(DType::kF32, rows, cols, std::move(bytes), name);
+}
+
+absl::StatusOr<std::unique_ptr<CompiledPlan>> CompileOnCpu(Graph g) {
+  auto plan = Optimize(g);
+  if (!plan.ok()) return plan.status();
+  return CpuBackend().Compile(std::move(g), *std::move(plan), PlanResources{});
+}
+
+// q/k/v-style matmuls of one input quantize it once per activation type:
+// Q8_0 weights (and a per-head Q8_0 matmul) share one Q8_0 conversion, Q4_K
+// takes Q8_K and F32 a copy. A matmul of another input in between leaves the
+// shared conversion alone. Every output is byte-identical to the kernel run
+// on its own quantization.
+TEST_P(CpuPlanTest, MatmulsOfOneInputShareOneQuantizationPerActivationType) {
+  constexpr int64_t m = 7, k = 256;
+  const auto wq = MakeWeight("q", DType::kQ8_0, 32, k, 1), wk = MakeWeight("k", DType::kQ4_K, 16, k, 2),
+             wv = MakeWeight("v", DType::kQ8_0, 16, k, 3), wf = MakeWeight("f", DType::kF32, 8, k, 4),
+             wh = MakeWeight("h", DType::kQ8_0, 2 * 12, k / 2, 5);
+  const std::vector<float> x = Random(m * k, 10), y = Random(m * k, 11);
+  Graph g;
+  const NodeId xn = F32Const(g, x, m, k, "x"), yn = F32Const(g, y, m, k, "y");
+  g.mark_output(g.matmul(g.weight(wq->tensor), xn, "q"));
+  g.mark_output(g.matmul(g.weight(wq->tensor), yn, "other"));
+  g.mark_output(g.matmul(g.weight(wk->tensor), xn, "k"));
+  g.mark_output(g.matmul(g.weight(wv->tensor), xn, "v"));
+  g.mark_output(g.matmul(g.weight(wf->tensor), xn, "f"));
+  g.mark_output(g.head_matmul(g.weight(wh->tensor), xn, 2, "heads"));
+  const int64_t before = GetEngineCounters().cpu_activation_quantizations;
+  auto plan = CompileOnCpu(std::move(g));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // x as Q8_0, Q8_K and F32; y as Q8_0.
+  EXPECT_EQ(GetEngineCounters().cpu_activation_quantizations - before, 4);
+  CpuExecutor ex(3);
+  ASSERT_TRUE((*plan)->Run(ex, SymEnv{}).ok());
+  const std::vector<std::vector<float>> want = {
+      ReferenceMatMul(wq->tensor, x, m, 1), ReferenceMatMul(wq->tensor, y, m, 1),
+      ReferenceMatMul(wk->tensor, x, m, 1), ReferenceMatMul(wv->tensor, x, m, 1),
+      ReferenceMatMul(wf->tensor, x, m, 1), ReferenceMatMul(wh->tensor, x, m, 2)};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const absl::Span<const float> got = (*plan)->output(i);
+    ASSERT_EQ(got.size(), want[i].size()) << i;
+    EXPECT_EQ(std::memcmp(got.data(), want[i].data(), got.size() * sizeof(float)), 0)
+        << (*plan)->graph().node((*plan)->graph().outputs()[i]).name;
+  }
+}
+
+// A 128-row prefill plan reuses its quantization scratch layer after layer:
+// eight layers need no more of it than one.
+TEST_P(CpuPlanTest, PrefillQuantizationScratchDoesNotGrowWithLayers) {
+  constexpr int64_t m = 128, k = 256;
+  const auto w8 = MakeWeight("w8", DType::kQ8_0, k, k, 1), w4 = MakeWeight("w4", DType::kQ4_K, k, k, 2);
+  auto scratch = [&](int layers) -> size_t {
+    Graph g;
+    NodeId h = F32Const(g, Random(m * k, 3), m, k, "x");
+    for (int l = 0; l < layers; ++l) {
+      const NodeId q = g.matmul(g.weight(w8->tensor), h, "q"), kk = g.matmul(g.weight(w4->tensor), h, "k"),
+                   v = g.matmul(g.weight(w8->tensor), h, "v");
+      h = g.matmul(g.weight(w8->tensor), g.add(g.add(q, kk, "qk"), v, "qkv"), "o");
+    }
+    g.mark_output(h);
+    auto mem = Optimize(g);
+    EXPECT_TRUE(mem.ok());
+    const size_t arena = mem->arena_bytes;
+    auto plan = CpuBackend().Compile(std::move(g), *std::move(mem), PlanResources{});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? (*plan)->arena_bytes() - arena : 0;
+  };
+  const size_t one = scratch(1);
+  EXPECT_GE(one, static_cast<size_t>(m) * quant::ActivationRowBytes(DType::kQ8_0, k));
+  EXPECT_EQ(scratch(8), one);
+}
+
+TEST(CpuPlanTest, MatmulOverAnUnsupportedWeightTypeIsRefused) {
+  for (const DType type : {DType::kQ2_K, DType::kI32}) {
+    WeightTensor w{"w", type, 1, 256, *RowBytes(type, 256), nullptr};
+    Graph g;
+    const NodeId x = g.constant(DType::kF32, 1, 256, std::vector<uint8_t>(1024, 0), "x");
+    g.mark_output(g.matmul(g.weight(w), x, "mm"));
+    auto plan = CompileOnCpu(std::move(g));
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << DTypeName(type);
+    EXPECT_NE(plan.status().message().find("matmul mm"), std::string::npos) << plan.status();
+    EXPECT_NE(plan.status().message().find(DTypeName(type)), std::string::npos) << plan.status();
   }
 }
 
