@@ -34,7 +34,8 @@ COPY client client
 # Nothing machine-specific: the default build is baseline x86-64 with the
 # kernels compiled once per instruction-set tier (AVX-512 VNNI, AVX2, scalar)
 # and chosen at run time from CPUID (engine/cpu_isa.h), so the image runs on
-# any x86-64 host and uses AVX-512 where the host has it.
+# any x86-64 host and uses AVX-512 where the host has it. The Vulkan backend
+# (engine/vulkan) is not built into the image: the daemon does not serve on it yet.
 ARG JOBS=2
 # ccache in a cache mount survives between builds on one machine (BuildKit;
 # buildah and podman 4 as in Debian 12); the layer cache alone would rebuild
@@ -42,7 +43,7 @@ ARG JOBS=2
 RUN --mount=type=cache,target=/ccache,id=decoded-ccache \
     export CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_MAXSIZE=2G \
  && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DDECODED_BUILD_TESTS=OFF -DDECODED_BUILD_BENCH=OFF \
+      -DDECODED_BUILD_TESTS=OFF -DDECODED_BUILD_BENCH=OFF -DDECODED_VULKAN=OFF \
  && cmake --build build -j "${JOBS}" --target decoded decoded-cli \
  && { ccache --show-stats || true; } \
  && install -D -s -m 0755 build/server/decoded /out/decoded \

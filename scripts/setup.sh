@@ -10,6 +10,7 @@ readonly APT_PACKAGES=(
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
   python3 python3-pip
+  libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers
 )
 
 missing=()

@@ -16,6 +16,9 @@ export DECODED_F32_MODEL_PATH="${DECODED_F32_MODEL_PATH:-$(scripts/fetch_f32_mod
 export DECODED_SMOLLM2_PATH="${DECODED_SMOLLM2_PATH:-$(scripts/fetch_model.sh smollm2)}"
 export DECODED_QWEN2_PATH="${DECODED_QWEN2_PATH:-$(scripts/fetch_model.sh qwen2)}"
 export DECODED_REQUIRE_MODEL=1
+# The Vulkan backend's tests run on Mesa's lavapipe (mesa-vulkan-drivers) with
+# the Khronos validation layer; without a device they would skip: fail instead.
+export DECODED_REQUIRE_VULKAN=1
 # llama.cpp (llama-cpp-python, built with portable CPU flags) for the check that
 # the committed llama.cpp reference still reproduces here. The first build takes
 # 10-25 minutes on 2 cores; later runs reuse the cached wheel or ccache.

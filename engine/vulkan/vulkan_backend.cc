@@ -1,0 +1,85 @@
+#include "engine/vulkan/vulkan_backend.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/vulkan/vulkan_buffer.h"
+#include "engine/vulkan/vulkan_executor.h"
+
+namespace decoded::vulkan {
+namespace {
+
+std::atomic<int64_t> g_uploaded_weight_bytes{0};
+
+class VulkanBackend final : public Backend, public WeightStore {
+ public:
+  VulkanBackend(std::shared_ptr<Device> device, const BackendOptions& options)
+      : device_(std::move(device)), options_(options) {}
+  ~VulkanBackend() override {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [ptr, buffer] : weights_) g_uploaded_weight_bytes.fetch_sub(static_cast<int64_t>(buffer->size()));
+  }
+
+  std::string_view name() const override { return "vulkan"; }
+  std::string device_name() const override { return device_->info().name; }
+
+  std::unique_ptr<decoded::Executor> CreateExecutor(int threads, const std::atomic<int>* lent_threads) override {
+    auto e = Executor::Create(device_, threads, lent_threads);
+    if (!e.ok()) return nullptr;
+    return *std::move(e);
+  }
+
+  absl::Status CheckSupported(const Graph& graph) const override { return CheckGraphSupported(graph); }
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
+    auto b = Buffer::Create(device_, bytes);
+    if (!b.ok()) return b.status();
+    return std::unique_ptr<DeviceBuffer>(*std::move(b));
+  }
+
+  void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset) override {
+    // Mapped coherent memory: the next submission sees the bytes.
+    std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+  }
+
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph graph, MemoryPlan plan,
+                                                       const PlanResources& resources) override {
+    return CompilePlan(device_, *this, std::move(graph), std::move(plan), resources, options_.plan);
+  }
+
+  absl::StatusOr<uint64_t> Address(const WeightTensor& w) override {
+    absl::MutexLock lock(&mu_);
+    auto it = weights_.find(w.data);
+    if (it != weights_.end()) return it->second->device_address();
+    const size_t bytes = static_cast<size_t>(w.planes * w.rows) * w.row_bytes;
+    auto b = Buffer::Create(device_, bytes);
+    if (!b.ok()) {
+      return absl::Status(b.status().code(), absl::StrCat("weight ", w.name, ": ", b.status().message()));
+    }
+    std::memcpy((*b)->data(), w.data, bytes);
+    g_uploaded_weight_bytes.fetch_add(static_cast<int64_t>(bytes));
+    const uint64_t address = (*b)->device_address();
+    weights_.emplace(w.data, *std::move(b));
+    return address;
+  }
+
+ private:
+  const std::shared_ptr<Device> device_;
+  const BackendOptions options_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<const uint8_t*, std::unique_ptr<Buffer>> weights_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateBackend(std::shared_ptr<Device> device, const BackendOptions& options) {
+  return std::make_unique<VulkanBackend>(std::move(device), options);
+}
+
+int64_t UploadedWeightBytes() { return g_uploaded_weight_bytes.load(); }
+
+}  // namespace decoded::vulkan

@@ -1,0 +1,121 @@
+// One Vulkan device opened for compute: the instance, the physical device
+// `--device vulkan:N` names, its logical device and one compute queue.
+//
+// Shared (shared_ptr) by everything allocated on it: the backend, buffers,
+// plans and executors each keep it alive, so it is destroyed after the last
+// of them. Thread-safe: the queue is guarded by a mutex (vkQueueSubmit needs
+// external synchronization), everything else is immutable after Open.
+//
+// Validation: with Options::validation the Khronos validation layer
+// (VK_LAYER_KHRONOS_validation, Debian vulkan-validationlayers) is enabled and
+// every warning or error it reports is counted and printed to stderr; tests
+// assert the count stays zero. DECODED_VULKAN_VALIDATION=1 in the environment
+// turns it on for any process.
+#ifndef DECODED_ENGINE_VULKAN_VULKAN_DEVICE_H_
+#define DECODED_ENGINE_VULKAN_VULKAN_DEVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <vulkan/vulkan.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/vulkan/vulkan_pipelines.h"
+
+namespace decoded::vulkan {
+
+struct PhysicalDeviceInfo {
+  int index = 0;
+  std::string name;  // VkPhysicalDeviceProperties::deviceName, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
+  std::string type;  // "cpu", "discrete", "integrated", "virtual", "other"
+  uint32_t api_version = 0;
+};
+
+// The Vulkan devices this machine has, in the loader's order (the N of
+// vulkan:N). UNAVAILABLE when there is no Vulkan loader or driver at all.
+absl::StatusOr<std::vector<PhysicalDeviceInfo>> ListDevices();
+
+class Device {
+ public:
+  struct Options {
+    int index = 0;            // which physical device (ListDevices order)
+    bool validation = false;  // enable the Khronos validation layer (also: DECODED_VULKAN_VALIDATION=1)
+  };
+
+  // NOT_FOUND naming the devices there are for an index past them;
+  // UNIMPLEMENTED naming the feature when the device lacks one the kernels
+  // need (Vulkan 1.2, buffer device address, 8/16-bit storage, int64, int8,
+  // int16, scalar block layout, timeline semaphores); FAILED_PRECONDITION if
+  // validation was asked for and the layer is not installed.
+  static absl::StatusOr<std::shared_ptr<Device>> Open(const Options& options);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  VkDevice device() const { return device_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  uint32_t queue_family() const { return queue_family_; }
+  const PhysicalDeviceInfo& info() const { return info_; }
+  // The memory type buffers come from: host-visible and coherent (every
+  // buffer is mapped), device-local too where the device has such a type.
+  uint32_t memory_type() const { return memory_type_; }
+  bool memory_is_device_local() const { return memory_device_local_; }
+  uint64_t max_allocation_bytes() const { return max_allocation_bytes_; }
+  uint64_t heap_bytes() const { return heap_bytes_; }
+
+  // Submits `cb` to the queue, signalling `timeline` with `value` when done.
+  // UNAVAILABLE once the device is lost (lost() turns true).
+  absl::Status Submit(VkCommandBuffer cb, VkSemaphore timeline, uint64_t value);
+  // Waits until `timeline` reaches `value`.
+  absl::Status Wait(VkSemaphore timeline, uint64_t value);
+  bool lost() const { return lost_.load(std::memory_order_relaxed); }
+
+  // The kernels' pipelines on this device.
+  Pipelines& pipelines() { return *pipelines_; }
+
+  // Device memory held by live buffers (bytes).
+  int64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  void AddAllocatedBytes(int64_t delta) { allocated_bytes_.fetch_add(delta, std::memory_order_relaxed); }
+
+  // Warnings and errors the validation layer reported (0 without validation).
+  int64_t validation_messages() const { return validation_messages_.load(); }
+  bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
+
+  // Maps a failed VkResult onto a status naming `what`; marks the device
+  // lost on VK_ERROR_DEVICE_LOST.
+  absl::Status Check(VkResult r, const char* what);
+
+ private:
+  Device() = default;
+  static VKAPI_ATTR VkBool32 VKAPI_CALL OnValidationMessage(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                            VkDebugUtilsMessageTypeFlagsEXT type,
+                                                            const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                                            void* self);
+
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  absl::Mutex queue_mu_;
+  VkQueue queue_ ABSL_GUARDED_BY(queue_mu_) = VK_NULL_HANDLE;
+  PhysicalDeviceInfo info_;
+  uint32_t memory_type_ = 0;
+  bool memory_device_local_ = false;
+  uint64_t max_allocation_bytes_ = 0;
+  uint64_t heap_bytes_ = 0;
+  std::unique_ptr<Pipelines> pipelines_;
+  std::atomic<bool> lost_{false};
+  std::atomic<int64_t> allocated_bytes_{0};
+  std::atomic<int64_t> validation_messages_{0};
+};
+
+}  // namespace decoded::vulkan
+
+#endif  // DECODED_ENGINE_VULKAN_VULKAN_DEVICE_H_
