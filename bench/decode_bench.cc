@@ -8,6 +8,12 @@
 // the kernels' instruction-set tier ("cpu_isa": the best this CPU supports,
 // or DECODED_CPU_ISA's); the driver script bench/run_bench.py compares it
 // with llama.cpp in the same run.
+//
+// --device vulkan[:N] runs the same steps on the Vulkan backend and adds what a
+// held plan costs per token beside the GPU's time: kernel dispatches and
+// queue submissions, the calling thread's CPU microseconds (rebind, submit,
+// wait), bytes written into device buffers, recordings (0 once held). On
+// lavapipe, a CPU, the rates are no claim about any GPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,12 +22,20 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "engine/cpu/cpu_executor.h"
+#include <ctime>
+
 #include "engine/cpu_isa.h"
+#include "engine/device_spec.h"
 #include "engine/decode_driver.h"
+#include "engine/kv_rows.h"
 #include "engine/model_registry.h"
 #include "engine/runtime.h"
 #include "tests/common/counting_allocator.h"
+
+#if DECODED_HAVE_VULKAN
+#include "engine/vulkan/vulkan_backend.h"
+#include "engine/vulkan/vulkan_plan.h"
+#endif
 
 ABSL_FLAG(std::string, model, "", "GGUF model path");
 ABSL_FLAG(int, threads, 1, "compute threads");
@@ -29,12 +43,36 @@ ABSL_FLAG(int, prompt_tokens, 128, "prompt length for the prefill measurement");
 ABSL_FLAG(int, decode_tokens, 128, "decode steps measured");
 ABSL_FLAG(int, d1_tokens, 16, "decode steps measured with D1 (rebuild per token)");
 ABSL_FLAG(int, repeats, 3, "repetitions; the best is reported");
+ABSL_FLAG(std::string, device, "cpu", "cpu, vulkan or vulkan:N (as the daemon's --device)");
 
 namespace decoded {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// CPU time of the calling thread (the driver's host work; not a device's threads).
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Device-side counters of the Vulkan backend (zero elsewhere).
+struct DeviceCounters {
+  int64_t dispatches = 0, submissions = 0, recordings = 0, uploaded = 0;
+};
+DeviceCounters ReadDeviceCounters() {
+  DeviceCounters c;
+#if DECODED_HAVE_VULKAN
+  const vulkan::PlanStats s = vulkan::GetPlanStats();
+  c.dispatches = s.dispatches_recorded;
+  c.submissions = s.submissions;
+  c.recordings = s.recordings;
+  c.uploaded = vulkan::UploadedDataBytes();
+#endif
+  return c;
+}
 
 // A failed step ends the benchmark with its status on stderr: a silent exit 1
 // would leave run_bench.py with nothing to report.
@@ -56,14 +94,34 @@ int Run() {
   }
   auto weights = Weights::FromGguf(std::shared_ptr<const GgufFile>(std::move(*file)));
   if (!weights.ok()) return Fail("weights", weights.status());
-  auto model = CreateFamily(*weights);
+  absl::StatusOr<std::shared_ptr<Backend>> backend = OpenBackend(absl::GetFlag(FLAGS_device));
+  if (!backend.ok()) return Fail("--device", backend.status());
+  FamilyOptions family_options;
+  family_options.backend = backend->get();
+  auto model = CreateFamily(*weights, family_options);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;
   }
   const DecodeModel& m = **model;
+  // Device copies of the weights now, not inside the first measured prefill.
+  {
+    DecodeTokenHost host;
+    const int32_t t = 0;
+    if (absl::Status st = compute_decode_token_host(m.mask_plan(), m.rope_plan(), absl::MakeConstSpan(&t, 1), 0, &host);
+        !st.ok()) {
+      return Fail("token host", st);
+    }
+    host.kv_rows.assign(static_cast<size_t>(KvRowStride(m.dims().n_layers)), 0);
+    if (absl::Status st = (*backend)->PrepareWeights(build_decode_graph(m, host, DataMode::kRebindable, false));
+        !st.ok()) {
+      return Fail("weights", st);
+    }
+  }
   const int threads = absl::GetFlag(FLAGS_threads);
-  CpuExecutor ex(threads);
+  auto executor = (*backend)->CreateExecutor(threads);
+  if (!executor.ok()) return Fail("executor", executor.status());
+  Executor& ex = **executor;
   const int n_prompt = absl::GetFlag(FLAGS_prompt_tokens);
   const int n_decode = absl::GetFlag(FLAGS_decode_tokens);
   const int n_d1 = absl::GetFlag(FLAGS_d1_tokens);
@@ -76,6 +134,8 @@ int Run() {
 
   double best_prefill = 1e30, best_decode = 1e30, best_d1 = 1e30;
   int64_t allocs_per_step = -1;
+  double host_us_per_step = 0;
+  DeviceCounters plan_cost, per_step;
   for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
     auto kv = KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, capacity);
     if (!kv.ok()) return Fail("KV cache", kv.status());
@@ -91,10 +151,14 @@ int Run() {
     DecodeSession session;
     int32_t tok = 3000;
     // First token builds the plan; it is not part of the steady-state rate.
+    const DeviceCounters b0 = ReadDeviceCounters();
     if (auto first = forward_with_kv_context_persistent(m, **kv, session, tok, ex); !first.ok()) {
       return Fail("first decode step", first.status());
     }
+    const DeviceCounters b1 = ReadDeviceCounters();
+    plan_cost.dispatches = b1.dispatches - b0.dispatches;  // the held plan's recording
     const int64_t a0 = testing::HeapAllocations();
+    const double c0 = ThreadCpuSeconds();
     auto t2 = Clock::now();
     for (int i = 0; i < n_decode; ++i) {
       auto r = forward_with_kv_context_persistent(m, **kv, session, tok, ex);
@@ -102,6 +166,11 @@ int Run() {
       tok = static_cast<int32_t>(std::max_element(r->begin(), r->end()) - r->begin());
     }
     auto t3 = Clock::now();
+    host_us_per_step = (ThreadCpuSeconds() - c0) * 1e6 / std::max(n_decode, 1);
+    const DeviceCounters b2 = ReadDeviceCounters();
+    per_step.submissions = b2.submissions - b1.submissions;
+    per_step.recordings = b2.recordings - b1.recordings;
+    per_step.uploaded = b2.uploaded - b1.uploaded;
     allocs_per_step = (testing::HeapAllocations() - a0) / std::max(n_decode, 1);
     best_decode = std::min(best_decode, Seconds(t2, t3));
 
@@ -115,8 +184,16 @@ int Run() {
   }
   const double d2_step = best_decode / n_decode;
   const double d1_step = best_d1 / n_d1;
+  const double steps = std::max(n_decode, 1);
   std::printf(
-      "{\"cpu_isa\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
+      "{\"device\": \"%s\", \"device_name\": \"%s\", \"dispatches_per_token\": %lld, "
+      "\"submissions_per_token\": %.2f, \"recordings_in_steady_state\": %lld, \"host_us_per_token\": %.1f, "
+      "\"bytes_uploaded_per_token\": %.1f, ",
+      std::string((*backend)->name()).c_str(), (*backend)->device_name().c_str(),
+      static_cast<long long>(plan_cost.dispatches), per_step.submissions / steps,
+      static_cast<long long>(per_step.recordings), host_us_per_step, per_step.uploaded / steps);
+  std::printf(
+      "\"cpu_isa\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
       "\"decode_tok_s\": %.2f, \"d2_step_ms\": %.4f, \"d1_step_ms\": %.4f, \"d2_over_d1_speedup\": %.3f, "
       "\"heap_allocations_per_rebind_step\": %lld}\n",
       CpuIsaName(ActiveCpuIsa()), threads, n_prompt, n_decode, n_prompt / best_prefill, n_decode / best_decode, d2_step * 1e3, d1_step * 1e3,

@@ -1,6 +1,7 @@
 // The seam between the device-independent engine (graph, optimizer, decode
-// driver, model families) and a compute backend (engine/cpu today; a CUDA
-// backend is added beside it without touching the driver or the models).
+// driver, model families) and a compute backend (engine/cpu, engine/vulkan;
+// another is a folder beside them, docs/architecture.md "Adding a backend").
+// Which one serves is a run-time choice (engine/device.h: --device).
 //
 // A backend owns device memory (DeviceBuffer), uploads host bytes into it, and
 // compiles an optimized Graph into a CompiledPlan whose pointers are resolved
@@ -94,12 +95,35 @@ class Backend {
   // A worker's executor for this backend's plans: `threads` host threads
   // (>= 1) for the work the backend runs on the host (all of it on CPU;
   // sampling beside a GPU), `lent_threads` as CreateCpuExecutor's.
-  virtual std::unique_ptr<Executor> CreateExecutor(int threads, const std::atomic<int>* lent_threads = nullptr) = 0;
+  // UNAVAILABLE when the device cannot give one (lost, out of queues).
+  virtual absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(int threads,
+                                                                   const std::atomic<int>* lent_threads = nullptr) = 0;
   // OK if every node of `graph` has a kernel here; UNIMPLEMENTED naming the
   // first op (and weight type) that has none. A model is checked at load with
   // its one-token decode graph, so an unsupported family is refused before
   // it serves, never at its first token.
   virtual absl::Status CheckSupported(const Graph& graph) const = 0;
+  // Makes this backend's copy of every weight `graph` reads, once per
+  // process (later plans reuse it): the GGUF's bytes as they are, never
+  // dequantized. Called at load with the one-token decode graph, so a model
+  // too large for the device is refused before it serves.
+  // RESOURCE_EXHAUSTED naming the weight when device memory runs out. A no-op
+  // where plans read the weights in host memory (CPU).
+  virtual absl::Status PrepareWeights(const Graph& graph) { return absl::OkStatus(); }
+  // Bytes of memory this backend's buffers hold now: weights (where it copies
+  // them), KV caches, plan arenas and data buffers. On CPU, the buffers'
+  // reserved size (pages are committed as they are first written).
+  virtual int64_t allocated_bytes() const = 0;
+  // Bytes of device memory plans can use (the heap buffers come from); 0 for
+  // host memory, which the operating system manages.
+  virtual int64_t memory_capacity_bytes() const { return 0; }
+  // OK while the device runs plans; UNAVAILABLE once it is lost (e.g.
+  // VK_ERROR_DEVICE_LOST): every later Run fails, and a daemon reports
+  // NOT_SERVING.
+  virtual absl::Status health() const { return absl::OkStatus(); }
+  // Warnings and errors a validation layer reported (Vulkan's Khronos layer,
+  // when enabled); 0 where there is none.
+  virtual int64_t validation_messages() const { return 0; }
   // RESOURCE_EXHAUSTED when the device cannot provide `bytes`.
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) = 0;
   // Copies `bytes` from host memory into `dst` at `offset`. Allocation-free.
@@ -113,6 +137,10 @@ class Backend {
 
 // The process-wide CPU backend.
 Backend& CpuBackend();
+
+// CpuBackend() as a shared_ptr that owns nothing, for holders that share a
+// device backend the same way (Model::Load's options).
+std::shared_ptr<Backend> SharedCpuBackend();
 
 }  // namespace decoded
 

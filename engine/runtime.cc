@@ -12,6 +12,7 @@
 #include "engine/engine_counters.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_rows.h"
 #include "engine/model_registry.h"
 #include "engine/weights.h"
 
@@ -53,13 +54,14 @@ class ContextImpl final : public DecodeContext {
 
 class ModelImpl final : public Model, public std::enable_shared_from_this<ModelImpl> {
  public:
-  ModelImpl(std::shared_ptr<const Weights> weights, std::unique_ptr<DecodeModel> family,
-            std::unique_ptr<Tokenizer> tokenizer, ModelInfo info)
-      : weights_(std::move(weights)), family_(std::move(family)), tokenizer_(std::move(tokenizer)),
-        info_(std::move(info)) {}
+  ModelImpl(std::shared_ptr<Backend> backend, std::shared_ptr<const Weights> weights,
+            std::unique_ptr<DecodeModel> family, std::unique_ptr<Tokenizer> tokenizer, ModelInfo info)
+      : backend_(std::move(backend)), weights_(std::move(weights)), family_(std::move(family)),
+        tokenizer_(std::move(tokenizer)), info_(std::move(info)) {}
 
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  Backend& backend() const override { return *backend_; }
   const DecodeModel& family() const { return *family_; }
 
   absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override;
@@ -76,6 +78,8 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
   }
 
  private:
+  // First: the family, contexts and plans use it, so it goes last.
+  std::shared_ptr<Backend> backend_;
   std::shared_ptr<const Weights> weights_;
   std::unique_ptr<DecodeModel> family_;
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -177,6 +181,31 @@ std::string DominantWeightType(const GgufFile& file) {
   return best;
 }
 
+// Refuses a model its backend cannot run, at load: the one-token decode
+// graph has every op and weight type a step uses (a prefill chunk differs
+// only in its row count), and the backend copies the weights it reads.
+absl::Status PrepareBackend(const DecodeModel& family, Backend& backend) {
+  DecodeTokenHost host;
+  const int32_t token = 0;
+  if (absl::Status s = compute_decode_token_host(family.mask_plan(), family.rope_plan(), absl::MakeConstSpan(&token, 1),
+                                                 /*pos0=*/0, &host);
+      !s.ok()) {
+    return s;
+  }
+  host.kv_rows.assign(static_cast<size_t>(KvRowStride(family.dims().n_layers)), 0);
+  const Graph graph = build_decode_graph(family, host, DataMode::kRebindable, /*all_logits=*/false);
+  if (absl::Status s = backend.CheckSupported(graph); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("model family ", family.family(), " cannot run on ",
+                                                      std::string(backend.name()), " (", backend.device_name(), "): ",
+                                                      s.message()));
+  }
+  if (absl::Status s = backend.PrepareWeights(graph); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("the weights do not fit ", std::string(backend.name()), " (",
+                                               backend.device_name(), "): ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<int32_t> BatchBuckets(int32_t max_batch) {
@@ -189,20 +218,24 @@ std::vector<int32_t> BatchBuckets(int32_t max_batch) {
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf_path,
-                                                         std::string_view chat_template_override, GgufLoad load) {
-  auto file = GgufFile::Open(gguf_path, load);
+                                                         const ModelLoadOptions& options) {
+  std::shared_ptr<Backend> backend = options.backend ? options.backend : SharedCpuBackend();
+  auto file = GgufFile::Open(gguf_path, options.load);
   if (!file.ok()) return file.status();
   std::shared_ptr<const GgufFile> shared_file(std::move(*file));
   auto weights = Weights::FromGguf(shared_file);
   if (!weights.ok()) return weights.status();
-  auto family = CreateFamily(*weights);
+  FamilyOptions family_options;
+  family_options.backend = backend.get();
+  auto family = CreateFamily(*weights, family_options);
   if (!family.ok()) return family.status();
-  auto tokenizer = Tokenizer::FromGguf(*shared_file, chat_template_override);
+  auto tokenizer = Tokenizer::FromGguf(*shared_file, options.chat_template_override);
   if (!tokenizer.ok()) return tokenizer.status();
   if ((*tokenizer)->vocab_size() != (*family)->dims().vocab) {
     return absl::InvalidArgumentError(absl::StrCat("model file: tokenizer has ", (*tokenizer)->vocab_size(),
                                                    " tokens but the embedding has ", (*family)->dims().vocab, " rows"));
   }
+  if (absl::Status s = PrepareBackend(**family, *backend); !s.ok()) return s;
   ModelInfo info;
   info.family = (*family)->family();
   info.name = shared_file->GetString("general.name").value_or("");
@@ -214,9 +247,11 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf
   for (int32_t v = 0; v < mp.n_variants(); ++v) info.sliding_window = std::max(info.sliding_window, mp.window(v));
   info.weight_dtype = DominantWeightType(*shared_file);
   info.file_type = GgufFileTypeName(*shared_file);
-  info.device = std::string((*family)->backend().name());
-  return std::shared_ptr<const Model>(
-      std::make_shared<ModelImpl>(*std::move(weights), *std::move(family), *std::move(tokenizer), std::move(info)));
+  info.backend = std::string(backend->name());
+  info.device = backend->device_name();
+  return std::shared_ptr<const Model>(std::make_shared<ModelImpl>(std::move(backend), *std::move(weights),
+                                                                  *std::move(family), *std::move(tokenizer),
+                                                                  std::move(info)));
 }
 
 }  // namespace decoded

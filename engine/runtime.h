@@ -43,23 +43,39 @@ struct ModelInfo {
   int32_t sliding_window = 0;  // 0 if the family has no local layers
   std::string weight_dtype;    // dominant GGML type (most tensor bytes), e.g. "q4_K"
   std::string file_type;       // general.file_type, e.g. "Q4_K_M" ("" when absent)
-  std::string device;          // "cpu"
+  std::string backend;         // Backend::name(): "cpu", "vulkan"
+  std::string device;          // Backend::device_name(): "cpu", or the GPU's name
+};
+
+struct ModelLoadOptions {
+  // See Tokenizer::FromGguf: a chat template that replaces the file's ("" = the file's).
+  std::string chat_template_override;
+  // Whether the weights are a copy of the file in memory or a mapping of it
+  // (engine/gguf/gguf_file.h says what each risks).
+  GgufLoad load = GgufLoad::kCopy;
+  // The backend that runs the model's plans (engine/device_spec.h opens one
+  // by its --device name); null: the CPU. Kept alive by the model.
+  std::shared_ptr<Backend> backend;
 };
 
 class Model {
  public:
   // NOT_FOUND / INVALID_ARGUMENT / UNIMPLEMENTED from the GGUF reader and the
   // family's hyper-parameter and weight checks (message names the key/tensor).
-  // `chat_template_override`: see Tokenizer::FromGguf. `load`: whether the
-  // weights are a copy of the file in memory or a mapping of it
-  // (engine/gguf/gguf_file.h says what each risks).
+  // The backend is checked at load with the model's one-token decode graph,
+  // and receives its weights then: FAILED_PRECONDITION naming the op, weight
+  // type and family when the backend has no kernel for one (no silent
+  // fallback to another device); RESOURCE_EXHAUSTED when the weights do not
+  // fit the device's memory.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& gguf_path,
-                                                           std::string_view chat_template_override = {},
-                                                           GgufLoad load = GgufLoad::kCopy);
+                                                           const ModelLoadOptions& options = {});
   virtual ~Model() = default;
 
   virtual const ModelInfo& info() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
+  // The backend its plans run on: executors for its workers come from here
+  // (Backend::CreateExecutor), and so do its memory use and health.
+  virtual Backend& backend() const = 0;
 
   // A fresh context with a KV cache of `max_seq_len` positions.
   // INVALID_ARGUMENT if max_seq_len < 1 or > info().context_length.
@@ -147,7 +163,7 @@ inline constexpr int32_t kMaxBatch = 64;
 // beyond 4 rows, while a worker holds at most a dozen plans.
 std::vector<int32_t> BatchBuckets(int32_t max_batch);
 
-// A CPU executor with `threads` compute threads (>= 1). With `lent_threads`,
+// A CPU executor (CpuBackend().CreateExecutor) with `threads` compute threads (>= 1). With `lent_threads`,
 // each parallel region runs on max(1, threads - *lent_threads) of them (read
 // as the region starts): threads lent to host work beside the team (see
 // EngineOptions::lend_threads_to_host_work). Outputs do not depend on how

@@ -9,7 +9,9 @@
 #      published ports, and checks the daemon read that quota from its cgroup;
 #   4. waits for health SERVING through the image's own HEALTHCHECK probe
 #      (`podman healthcheck run`), and through the published port;
-#   5. checks the DECODED_* variables reached the daemon (--info), streams one
+#   5. checks the DECODED_* variables reached the daemon (--info), that the
+#      Vulkan backend is in the image (--device vulkan without a GPU driver
+#      exits 2 naming what is missing), streams one
 #      turn through the published port with the image's decoded-cli and checks
 #      its final event;
 #   6. scrapes /metrics from the container and checks the turn's tokens there;
@@ -109,6 +111,16 @@ log "healthy $((SECONDS - run_start)) s after podman run; $(grep -m1 'CPUs (' "$
 cli --info >"$work/info.txt" || fail "decoded-cli --info"
 grep -q '^max_sessions: 4$' "$work/info.txt" && grep -q '^session_context_length: 1024$' "$work/info.txt" ||
   { cat "$work/info.txt" >&2; fail "DECODED_MAX_SESSIONS / DECODED_CONTEXT_LENGTH not applied"; }
+grep -q '^backend: "cpu"$' "$work/info.txt" || { cat "$work/info.txt" >&2; fail "the default device is not cpu"; }
+
+# The Vulkan backend is built in; this container has no GPU driver, so
+# --device vulkan must exit 2 (flags that cannot hold) before it listens.
+vk_status=0
+"${podman_run[@]}" --rm --no-healthcheck -v "$model":/models/model.gguf:ro -e DECODED_DEVICE=vulkan "$image" \
+  >"$work/vulkan.out" 2>"$work/vulkan.err" || vk_status=$?
+[[ $vk_status -eq 2 ]] && grep -q -- "--device vulkan: " "$work/vulkan.err" ||
+  { cat "$work/vulkan.err" >&2; fail "--device vulkan without a driver: exit $vk_status, not 2 with a message"; }
+log "--device vulkan without a GPU driver: exit 2, $(grep -m1 -- '--device vulkan' "$work/vulkan.err")"
 
 # 5. One streamed turn.
 cli --prompt "The capital of France is" --max_new_tokens 16 >"$work/turn.out" 2>"$work/turn.err" ||

@@ -159,6 +159,10 @@ grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerConte
         resp->set_weight_dtype(info.weight_dtype);
         resp->set_tensor_dtype(info.tensor_dtype);
         resp->set_device(info.device);
+        resp->set_backend(info.backend);
+        const serving::EngineStats stats = e.Stats();
+        resp->set_device_memory_bytes(stats.device_memory_capacity_bytes);
+        resp->set_device_memory_used_bytes(stats.device_memory_bytes);
         resp->set_cpu_isa(info.cpu_isa);
         resp->set_session_context_length(info.session_context_length);
         resp->set_max_sessions(info.max_sessions);

@@ -40,7 +40,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/backend.h"
 #include "engine/cpu_isa.h"
+#include "engine/device_spec.h"
 #include "google/protobuf/stubs/logging.h"
 #include "engine/serving/engine.h"
 #include "server/cpu_budget.h"
@@ -139,6 +141,12 @@ int64_t RaiseOpenFilesLimit() {
 }  // namespace
 
 ABSL_FLAG(std::string, model, DefaultModelPath(), "GGUF model file");
+ABSL_FLAG(std::string, device, "cpu",
+          "where the model runs: cpu, vulkan (the first Vulkan device) or vulkan:N (device N in the order "
+          "`vulkaninfo --summary` lists); a device that does not exist, or a model it cannot run or hold, exits 2");
+ABSL_FLAG(bool, vulkan_validation, false,
+          "enable the Khronos validation layer on a Vulkan device (Debian vulkan-validationlayers; slow): its "
+          "reports go to stderr and decoded_device_validation_messages_total");
 ABSL_FLAG(bool, mmap, false,
           "map the model file instead of reading it into memory: faster start, pages shared with other processes, "
           "but a file truncated or overwritten while served crashes the daemon (SIGBUS) or changes its weights "
@@ -200,7 +208,8 @@ ABSL_FLAG(int, max_unconsumed_events, 8,
           "a stream whose client has not taken this many token events is not stepped until it reads (>= 1)");
 ABSL_FLAG(int64_t, kv_budget_mb, -1,
           "KV cache all open sessions may reserve, MiB; beyond it new sessions get RESOURCE_EXHAUSTED. "
-          "-1: 75% of physical memory; 0: no limit; less than one session's KV is refused at start");
+          "-1: 75% of the memory the KV cache lives in (physical memory on cpu; on a GPU, its memory the weights "
+          "leave); 0: no limit; less than one session's KV, or more than a GPU has left, is refused at start");
 ABSL_FLAG(std::string, chat_template, "",
           "file with a Jinja chat template that replaces the model file's tokenizer.chat_template (for models "
           "without one, e.g. a base model); empty: the file's own");
@@ -356,12 +365,23 @@ int main(int argc, char** argv) {
     }
     engine_options.chat_template = text.str();
   }
-  int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
-  if (kv_budget_mb < 0) {
-    const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-    kv_budget_mb = physical / (1 << 20) * 3 / 4;
+  const int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
+  if (kv_budget_mb < -1) return bad_flags("--kv_budget_mb must be >= -1 (-1: from the memory there is; 0: no limit)");
+  engine_options.kv_budget_bytes = kv_budget_mb < 0 ? -1 : kv_budget_mb * (int64_t{1} << 20);
+  // The device before anything listens: a device that does not exist is a
+  // flag that cannot hold.
+  decoded::DeviceOptions device_options;
+  device_options.validation = absl::GetFlag(FLAGS_vulkan_validation);
+  absl::StatusOr<std::shared_ptr<decoded::Backend>> backend =
+      decoded::OpenBackend(absl::GetFlag(FLAGS_device), device_options);
+  if (!backend.ok()) return bad_flags(absl::StrCat("--device ", absl::GetFlag(FLAGS_device), ": ",
+                                                   backend.status().message()));
+  engine_options.backend = *backend;
+  if ((*backend)->name() != "cpu") {
+    std::cerr << "decoded: device " << (*backend)->name() << " (" << (*backend)->device_name() << "), "
+              << ((*backend)->memory_capacity_bytes() >> 20) << " MiB of memory; --threads " << threads
+              << " per worker for sampling\n";
   }
-  engine_options.kv_budget_bytes = kv_budget_mb * (int64_t{1} << 20);
   // Every engine option is checked before the server starts and the model loads.
   if (absl::Status valid = decoded::serving::CheckEngineOptions(engine_options); !valid.ok()) {
     return bad_flags(absl::StrCat(valid.message(), " (the flag of that name)"));
@@ -417,12 +437,18 @@ int main(int argc, char** argv) {
   auto engine = decoded::serving::Engine::Create(engine_options);
   if (!engine.ok()) {
     std::cerr << "decoded: " << engine.status() << "\n";
-    return kExitFailed;
+    // A model the device cannot run (FAILED_PRECONDITION) or hold, or a KV
+    // budget it cannot hold (RESOURCE_EXHAUSTED): --device, --model and
+    // --kv_budget_mb that cannot hold together.
+    return absl::IsFailedPrecondition(engine.status()) || absl::IsResourceExhausted(engine.status())
+               ? kExitBadFlags
+               : kExitFailed;
   }
   const decoded::serving::EngineModelInfo& info = (*engine)->ModelInfo();
-  if (engine_options.kv_budget_bytes > 0 && engine_options.kv_budget_bytes < info.session_kv_bytes) {
+  const int64_t kv_budget_bytes = (*engine)->Stats().kv_budget_bytes;
+  if (kv_budget_bytes > 0 && kv_budget_bytes < info.session_kv_bytes) {
     // Every session would be refused while health said SERVING.
-    return bad_flags(absl::StrCat("--kv_budget_mb ", kv_budget_mb, " is less than one session's KV cache (",
+    return bad_flags(absl::StrCat("--kv_budget_mb ", kv_budget_bytes >> 20, " is less than one session's KV cache (",
                                   (info.session_kv_bytes + (1 << 20) - 1) >> 20, " MiB for --context_length ",
                                   info.session_context_length, "): no session could open"));
   }

@@ -47,9 +47,10 @@ class EngineCollectable final : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     serving::EngineStats s;
-    if (const serving::Engine* engine = engine_->load()) s = engine->Stats();
+    const serving::Engine* engine = engine_->load();
+    if (engine != nullptr) s = engine->Stats();
     using prometheus::MetricType;
-    return {
+    std::vector<prometheus::MetricFamily> families = {
         OneValue("decoded_graph_builds_total", "Decode and prefill graphs built (D1 and D2).", MetricType::Counter,
                  s.graph_builds),
         OneValue("decoded_optimizer_runs_total", "Graph optimizer passes run.", MetricType::Counter,
@@ -71,7 +72,33 @@ class EngineCollectable final : public prometheus::Collectable {
         OneValue("decoded_nonfinite_logits_total",
                  "Turns ended with an error because a step produced NaN or infinite logits.", MetricType::Counter,
                  s.nonfinite_logits_turns),
+        OneValue("decoded_device_memory_bytes",
+                 "Memory the serving device's buffers hold: on a GPU its weights, KV caches and plans; on cpu the "
+                 "KV caches and plans (reserved; weights are the model file's copy or mapping).",
+                 MetricType::Gauge, s.device_memory_bytes),
+        OneValue("decoded_device_memory_capacity_bytes",
+                 "Memory of the serving device (0 on cpu: host memory).", MetricType::Gauge,
+                 s.device_memory_capacity_bytes),
+        OneValue("decoded_device_lost", "1 once the serving device was lost (health NOT_SERVING until restarted).",
+                 MetricType::Gauge, s.device_lost ? 1 : 0),
+        OneValue("decoded_device_validation_messages_total",
+                 "Warnings and errors of the Vulkan validation layer (--vulkan_validation).", MetricType::Counter,
+                 s.device_validation_messages),
     };
+    if (engine != nullptr) {
+      // An info metric (value 1) naming what serves: dashboards put it beside
+      // throughput, and an operator sees which GPU a replica got.
+      prometheus::MetricFamily info;
+      info.name = "decoded_device_info";
+      info.help = "The backend (cpu, vulkan) and device (cpu, or the GPU's name) serving the model (--device).";
+      info.type = MetricType::Gauge;
+      prometheus::ClientMetric m;
+      m.label = {{"backend", engine->ModelInfo().backend}, {"device", engine->ModelInfo().device}};
+      m.gauge.value = 1;
+      info.metric.push_back(m);
+      families.push_back(std::move(info));
+    }
+    return families;
   }
 
  private:

@@ -191,7 +191,7 @@ void DecodedServer::UpdateHealth() {
   bool serving;
   {
     absl::MutexLock lock(&health_mu_);
-    serving = attached_ && !stuck_ && !listener_failed_ && !draining_;
+    serving = attached_ && !stuck_ && !listener_failed_ && !draining_ && !device_lost_;
   }
   health_->SetServing(serving);
   metrics_->SetServing(serving);
@@ -208,7 +208,23 @@ void DecodedServer::Watchdog() {
     service_->streams().ExpireIdle(idle);
     if (resets_ != nullptr) resets_->Prune();
     if (engine_ == nullptr || drained_.load()) continue;
-    const double age = engine_->Stats().longest_running_step_seconds;
+    const serving::EngineStats stats = engine_->Stats();
+    if (stats.device_lost) {
+      bool first = false;
+      {
+        absl::MutexLock lock(&health_mu_);
+        first = !device_lost_;
+        device_lost_ = true;
+      }
+      if (first) {
+        // Nothing runs on a lost device again: running turns ended with
+        // UNAVAILABLE, new sessions are refused, and a supervisor restarts us.
+        std::cerr << "decoded: the device " << engine_->ModelInfo().device
+                  << " was lost; health reports NOT_SERVING\n";
+        UpdateHealth();
+      }
+    }
+    const double age = stats.longest_running_step_seconds;
     const bool now_stuck = age > absl::ToDoubleSeconds(options_.stuck_step_threshold);
     {
       absl::MutexLock lock(&health_mu_);

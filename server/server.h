@@ -175,6 +175,7 @@ class DecodedServer {
   bool attached_ ABSL_GUARDED_BY(health_mu_) = false;
   bool stuck_ ABSL_GUARDED_BY(health_mu_) = false;
   bool listener_failed_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool device_lost_ ABSL_GUARDED_BY(health_mu_) = false;  // for good: a lost device never returns
   bool draining_ ABSL_GUARDED_BY(health_mu_) = false;
 
   absl::Notification stop_threads_;

@@ -4,6 +4,7 @@
 #   DECODED_MODEL           --model            (/models/model.gguf)
 #   DECODED_LISTEN          --listen           (0.0.0.0:50051)
 #   DECODED_METRICS_LISTEN  --metrics_listen   (0.0.0.0:9464; set it empty to turn /metrics off)
+#   DECODED_DEVICE          --device           (cpu; vulkan or vulkan:N on a GPU)
 #   DECODED_WORKERS         --workers
 #   DECODED_THREADS         --threads          (unset: the container's CPU quota / workers)
 #   DECODED_MAX_SESSIONS    --max_sessions
@@ -46,6 +47,7 @@ args=(
 add() {  # add FLAG VARIABLE: --FLAG=$VARIABLE when the variable is set and not empty
   if [[ -n "${!2:-}" ]]; then args+=("--$1=${!2}"); fi
 }
+add device DECODED_DEVICE
 add workers DECODED_WORKERS
 add threads DECODED_THREADS
 add max_sessions DECODED_MAX_SESSIONS

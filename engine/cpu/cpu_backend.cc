@@ -41,6 +41,9 @@ constexpr size_t kBufferAlign = 64;
 // a daemon whose sessions and batch plans come and go would keep their peak.
 constexpr size_t kMapThreshold = size_t{1} << 20;
 
+// Bytes of every live CpuBuffer (Backend::allocated_bytes).
+std::atomic<int64_t> g_buffer_bytes{0};
+
 class CpuBuffer final : public DeviceBuffer {
  public:
   static std::unique_ptr<CpuBuffer> Create(size_t bytes) {
@@ -59,6 +62,7 @@ class CpuBuffer final : public DeviceBuffer {
     return std::unique_ptr<CpuBuffer>(new CpuBuffer(p, bytes, 0));
   }
   ~CpuBuffer() override {
+    g_buffer_bytes.fetch_sub(static_cast<int64_t>(size_), std::memory_order_relaxed);
     if (mapped_ > 0) {
       munmap(data_, mapped_);
     } else {
@@ -70,7 +74,9 @@ class CpuBuffer final : public DeviceBuffer {
   size_t size() const override { return size_; }
 
  private:
-  CpuBuffer(void* p, size_t n, size_t mapped) : data_(p), size_(n), mapped_(mapped) {}
+  CpuBuffer(void* p, size_t n, size_t mapped) : data_(p), size_(n), mapped_(mapped) {
+    g_buffer_bytes.fetch_add(static_cast<int64_t>(size_), std::memory_order_relaxed);
+  }
   void* data_;
   size_t size_;
   size_t mapped_;  // bytes mapped (0: from malloc)
@@ -552,9 +558,11 @@ class CpuPlan final : public CompiledPlan {
 class CpuBackendImpl final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
-  std::unique_ptr<Executor> CreateExecutor(int threads, const std::atomic<int>* lent_threads) override {
-    return std::make_unique<CpuExecutor>(std::max(threads, 1), lent_threads);
+  absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(int threads,
+                                                           const std::atomic<int>* lent_threads) override {
+    return std::unique_ptr<Executor>(std::make_unique<CpuExecutor>(std::max(threads, 1), lent_threads));
   }
+  int64_t allocated_bytes() const override { return g_buffer_bytes.load(std::memory_order_relaxed); }
   absl::Status CheckSupported(const Graph& graph) const override {
     for (const Node& n : graph.nodes()) {
       if (n.op != Op::kMatMul && n.op != Op::kHeadMatMul && n.op != Op::kGetRows) continue;
@@ -588,5 +596,7 @@ Backend& CpuBackend() {
   static CpuBackendImpl* backend = new CpuBackendImpl();
   return *backend;
 }
+
+std::shared_ptr<Backend> SharedCpuBackend() { return std::shared_ptr<Backend>(std::shared_ptr<void>(), &CpuBackend()); }
 
 }  // namespace decoded

@@ -6,7 +6,10 @@
 #include <atomic>
 #include <utility>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
 #include "engine/cpu_isa.h"
 #include "engine/runtime.h"
@@ -76,6 +79,7 @@ absl::Status CheckEngineOptions(const EngineOptions& o) {
   if (o.max_sessions < 1) return absl::InvalidArgumentError("max_sessions must be >= 1");
   if (o.max_queued < 1) return absl::InvalidArgumentError("max_queued must be >= 1");
   if (o.context_length < 1) return absl::InvalidArgumentError("context_length must be >= 1");
+  if (o.kv_budget_bytes < -1) return absl::InvalidArgumentError("kv_budget_bytes must be >= -1");
   if (o.max_unconsumed_events < 1) return absl::InvalidArgumentError("max_unconsumed_events must be >= 1");
   if (o.max_batch < 1 || o.max_batch > kMaxBatch) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch must be in [1, ", kMaxBatch, "]"));
@@ -92,29 +96,48 @@ namespace {
 
 // One Prefill and two Decode steps on a scratch context, so the first client
 // does not pay for first-touch page faults of the weights and lazy set-up.
-absl::Status WarmUp(const Model& model, int threads) {
+absl::Status WarmUp(const Model& model, Executor& executor) {
   const Tokenizer& tok = model.tokenizer();
   std::vector<int32_t> prompt = tok.Encode("Hello", /*add_bos=*/true, /*parse_special=*/false);
   if (prompt.empty()) prompt.push_back(std::max(0, tok.bos_id()));
   const int32_t len = std::min<int32_t>(model.info().context_length, static_cast<int32_t>(prompt.size()) + 2);
   absl::StatusOr<std::unique_ptr<DecodeContext>> ctx = model.NewContext(len);
   if (!ctx.ok()) return ctx.status();
-  std::unique_ptr<Executor> executor = CreateCpuExecutor(threads);
-  absl::StatusOr<absl::Span<const float>> logits = (*ctx)->Prefill(prompt, false, *executor);
+  absl::StatusOr<absl::Span<const float>> logits = (*ctx)->Prefill(prompt, false, executor);
   if (!logits.ok()) return logits.status();
   for (int i = 0; i < 2 && (*ctx)->cached_len() < (*ctx)->capacity(); ++i) {
     const int32_t next = static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
-    logits = (*ctx)->Decode(next, *executor);
+    logits = (*ctx)->Decode(next, executor);
     if (!logits.ok()) return logits.status();
   }
   return absl::OkStatus();
 }
 
+// EngineOptions::kv_budget_bytes made concrete for `backend` once the model
+// is loaded and warmed up.
+absl::StatusOr<int64_t> ResolveKvBudget(int64_t requested, const Backend& backend) {
+  const int64_t capacity = backend.memory_capacity_bytes();
+  if (capacity == 0) {
+    if (requested >= 0) return requested;
+    const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    return physical / 4 * 3;
+  }
+  const int64_t left = std::max<int64_t>(0, capacity - backend.allocated_bytes());
+  if (requested < 0) return left / 4 * 3;
+  if (requested == 0 || requested <= left) return requested;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "a KV budget of ", requested >> 20, " MiB does not fit ", backend.device_name(), ": its ", capacity >> 20,
+      " MiB of memory hold ", backend.allocated_bytes() >> 20, " MiB of weights and buffers, leaving ", left >> 20,
+      " MiB"));
+}
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<RealServingModel> model, const EngineOptions& options, int32_t session_len,
-             int64_t session_kv_bytes)
-      : model_(std::move(model)), limits_(options.limits) {
+             int64_t session_kv_bytes, int64_t kv_budget_bytes, std::shared_ptr<std::atomic<int>> lent_threads,
+             std::vector<std::unique_ptr<Executor>> executors)
+      : model_(std::move(model)), limits_(options.limits), executors_(std::move(executors)),
+        lent_threads_(std::move(lent_threads)) {
     const decoded::ModelInfo& mi = model_->model().info();
     const Tokenizer& tok = model_->model().tokenizer();
     // general.name is file data, taken as is; clients receive it as a proto string.
@@ -127,8 +150,9 @@ class EngineImpl final : public Engine {
     info_.sliding_window = mi.sliding_window;
     info_.weight_dtype = mi.file_type.empty() ? mi.weight_dtype : mi.file_type;
     info_.tensor_dtype = mi.weight_dtype;
+    info_.backend = mi.backend;
     info_.device = mi.device;
-    if (info_.device == "cpu") info_.cpu_isa = CpuIsaName(ActiveCpuIsa());
+    if (info_.backend == "cpu") info_.cpu_isa = CpuIsaName(ActiveCpuIsa());
     info_.session_context_length = session_len;
     info_.session_kv_bytes = session_kv_bytes;
     info_.max_sessions = options.max_sessions;
@@ -152,17 +176,26 @@ class EngineImpl final : public Engine {
     so.max_sessions = options.max_sessions;
     so.max_queued = options.max_queued;
     so.context_length = session_len;
-    so.kv_budget_bytes = options.kv_budget_bytes;
+    so.kv_budget_bytes = kv_budget_bytes;
     so.max_unconsumed_events = options.max_unconsumed_events;
-    const int threads = options.threads_per_worker;
-    const std::atomic<int>* lent = options.lend_threads_to_host_work ? &lent_threads_ : nullptr;
-    so.make_executor = [threads, lent] { return CreateCpuExecutor(threads, lent); };
+    // Made by Create (so a device that cannot give one fails there); each
+    // worker takes one as it starts.
+    so.make_executor = [this] {
+      absl::MutexLock lock(&executors_mu_);
+      std::unique_ptr<Executor> e = std::move(executors_.back());
+      executors_.pop_back();
+      return e;
+    };
     so.max_batch = options.max_batch;
     so.on_step = options.on_step;
     scheduler_ = std::make_unique<Scheduler>(model_.get(), std::move(so));
   }
 
-  absl::StatusOr<SessionId> OpenSession() override { return scheduler_->Open(); }
+  absl::StatusOr<SessionId> OpenSession() override {
+    // A lost device runs nothing again: refuse rather than fail at the first step.
+    if (absl::Status health = model_->model().backend().health(); !health.ok()) return health;
+    return scheduler_->Open();
+  }
 
   absl::Status SubmitTurn(SessionId session, const TurnRequest& turn, TurnSink* sink) override {
     const Tokenizer& tok = model_->model().tokenizer();
@@ -173,7 +206,7 @@ class EngineImpl final : public Engine {
     switch (turn.kind) {
       case TurnRequest::InputKind::kText: {
         if (turn.text.empty()) return absl::InvalidArgumentError("the turn's text is empty");
-        const ThreadLoan loan(&lent_threads_, turn.text.size() >= kLoanBytes);
+        const ThreadLoan loan(lent_threads_.get(), turn.text.size() >= kLoanBytes);
         prepared.prompt = tok.Encode(turn.text, /*add_bos=*/false, /*parse_special=*/true);
         prepared.bos_id = tok.prompt_bos_id();
         break;
@@ -215,7 +248,7 @@ class EngineImpl final : public Engine {
       return absl::InvalidArgumentError(absl::StrCat("text has ", text.size(), " bytes, over the server's limit of ",
                                                      limits_.max_text_bytes, " (max_text_bytes)"));
     }
-    const ThreadLoan loan(&lent_threads_, text.size() >= kLoanBytes);
+    const ThreadLoan loan(lent_threads_.get(), text.size() >= kLoanBytes);
     return model_->model().tokenizer().Encode(text, add_bos, parse_special);
   }
 
@@ -224,7 +257,7 @@ class EngineImpl final : public Engine {
       return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids, over the server's limit of ",
                                                      limits_.max_token_ids, " (max_token_ids)"));
     }
-    const ThreadLoan loan(&lent_threads_, ids.size() >= kLoanIds);
+    const ThreadLoan loan(lent_threads_.get(), ids.size() >= kLoanIds);
     // Valid UTF-8 (a protobuf string must be), by the same rule as streamed text.
     absl::StatusOr<std::string> text = model_->model().tokenizer().Detokenize(ids, render_special);
     if (text.ok() && static_cast<int64_t>(text->size()) > limits_.max_text_bytes) {
@@ -246,6 +279,11 @@ class EngineImpl final : public Engine {
     stats.bound_nodes = c.bound_nodes;
     stats.kv_bytes = c.kv_bytes;
     stats.live_contexts = c.live_contexts;
+    const Backend& backend = model_->model().backend();
+    stats.device_memory_bytes = backend.allocated_bytes();
+    stats.device_memory_capacity_bytes = backend.memory_capacity_bytes();
+    stats.device_lost = !backend.health().ok();
+    stats.device_validation_messages = backend.validation_messages();
     return stats;
   }
 
@@ -339,11 +377,13 @@ class EngineImpl final : public Engine {
 
   std::unique_ptr<RealServingModel> model_;
   const RequestLimits limits_;
+  absl::Mutex executors_mu_;
+  std::vector<std::unique_ptr<Executor>> executors_ ABSL_GUARDED_BY(executors_mu_);
   int64_t max_input_bytes_ = 0;
   EngineModelInfo info_;
   // Threads lent to host work now; read by the workers' executors when the
-  // engine lends (they only exist then). Mutable: const calls lend too.
-  mutable std::atomic<int> lent_threads_{0};
+  // engine lends (they were given it then). Const calls lend too.
+  const std::shared_ptr<std::atomic<int>> lent_threads_;
   std::unique_ptr<Scheduler> scheduler_;  // last: its workers stop before the model goes
 };
 
@@ -351,22 +391,38 @@ class EngineImpl final : public Engine {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (absl::Status s = CheckEngineOptions(options); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(
-      options.model_path, options.chat_template, options.mmap_weights ? GgufLoad::kMap : GgufLoad::kCopy);
+  ModelLoadOptions load;
+  load.chat_template_override = options.chat_template;
+  load.load = options.mmap_weights ? GgufLoad::kMap : GgufLoad::kCopy;
+  load.backend = options.backend;
+  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_path, load);
   if (!model.ok()) return model.status();
+  Backend& backend = (*model)->backend();
   const int32_t session_len = std::min<int32_t>(options.context_length, (*model)->info().context_length);
-  // One session's KV reservation (its buffers are committed lazily, so this
-  // scratch context costs no memory).
+  // One session's KV reservation (on the CPU its buffers are committed
+  // lazily, so this scratch context costs no memory).
   absl::StatusOr<std::unique_ptr<DecodeContext>> probe = (*model)->NewContext(session_len);
   if (!probe.ok()) return probe.status();
   const int64_t session_kv_bytes = (*probe)->kv_bytes();
   probe->reset();
-  if (absl::Status s = WarmUp(**model, options.threads_per_worker); !s.ok()) {
+  // Every worker's executor now, so a device that cannot give one fails here.
+  auto lent = std::make_shared<std::atomic<int>>(0);
+  std::vector<std::unique_ptr<Executor>> executors;
+  for (int w = 0; w < options.workers; ++w) {
+    absl::StatusOr<std::unique_ptr<Executor>> e = backend.CreateExecutor(
+        options.threads_per_worker, options.lend_threads_to_host_work ? lent.get() : nullptr);
+    if (!e.ok()) return e.status();
+    executors.push_back(*std::move(e));
+  }
+  if (absl::Status s = WarmUp(**model, *executors.front()); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("warm-up failed: ", s.message()));
   }
+  // After the warm-up has freed its context: what the idle engine holds.
+  absl::StatusOr<int64_t> kv_budget_bytes = ResolveKvBudget(options.kv_budget_bytes, backend);
+  if (!kv_budget_bytes.ok()) return kv_budget_bytes.status();
   return std::unique_ptr<Engine>(
       new EngineImpl(std::make_unique<RealServingModel>(*std::move(model), options.parse_special_in_chat_content),
-                     options, session_len, session_kv_bytes));
+                     options, session_len, session_kv_bytes, *kv_budget_bytes, std::move(lent), std::move(executors)));
 }
 
 }  // namespace decoded::serving

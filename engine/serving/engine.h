@@ -26,6 +26,10 @@
 #include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
+namespace decoded {
+class Backend;
+}  // namespace decoded
+
 namespace decoded::serving {
 
 // ----------------------------------------------------------------------------
@@ -158,6 +162,9 @@ struct EngineOptions {
   // processes, but a file truncated or overwritten while served crashes the
   // process or changes its weights).
   bool mmap_weights = false;
+  // The backend that runs every step (engine/device_spec.h: --device); null:
+  // the CPU. Workers' executors come from it.
+  std::shared_ptr<Backend> backend;
   int workers = 1;              // fixed worker pool size (>= 1)
   int threads_per_worker = 1;   // compute threads of each worker's executor (>= 1)
   // While a large Tokenize, Detokenize or text turn is encoded (64 KiB of
@@ -171,7 +178,12 @@ struct EngineOptions {
   int max_sessions = 16;        // open sessions; beyond: RESOURCE_EXHAUSTED
   int max_queued = 64;          // turns waiting for a worker; beyond: RESOURCE_EXHAUSTED
   int context_length = 2048;    // KV capacity per session, clamped to the model's
-  int64_t kv_budget_bytes = 0;  // KV all open sessions may reserve; 0 = no limit (RESOURCE_EXHAUSTED beyond)
+  // KV all open sessions may reserve (RESOURCE_EXHAUSTED beyond); 0 = no
+  // limit; -1 = three quarters of the memory the KV cache lives in: on a
+  // device with its own memory (Backend::memory_capacity_bytes), what the
+  // weights leave of it; on the CPU, physical memory. On a device the budget
+  // must fit what the weights leave (Create: RESOURCE_EXHAUSTED).
+  int64_t kv_budget_bytes = 0;
   // Backpressure: a session whose client has not consumed this many of its
   // token events (see Engine::EventsConsumed) is not stepped until it does,
   // so a client that stops reading costs no worker time and its server-side
@@ -211,7 +223,8 @@ struct EngineModelInfo {
   int32_t sliding_window = 0;
   std::string weight_dtype;  // the file's type when it names one ("Q4_K_M"), else tensor_dtype
   std::string tensor_dtype;  // the GGML type of most tensor bytes ("q4_K")
-  std::string device;
+  std::string backend;  // "cpu", "vulkan"
+  std::string device;   // "cpu", or the GPU's name
   // Instruction-set tier of the CPU kernels (engine/cpu_isa.h: "avx512vnni",
   // "avx2", "scalar"); "" on other devices.
   std::string cpu_isa;
@@ -242,6 +255,13 @@ struct EngineStats {
   // Age of the oldest step a worker is running now (0 when idle): a step that
   // runs for seconds means the worker loop is wedged (health reports it).
   double longest_running_step_seconds = 0;
+  // The model's backend (Backend): memory its buffers hold now (weights it
+  // copied, KV caches, plans), the device memory there is (0: host memory),
+  // whether the device still runs plans, and validation-layer reports.
+  int64_t device_memory_bytes = 0;
+  int64_t device_memory_capacity_bytes = 0;
+  bool device_lost = false;
+  int64_t device_validation_messages = 0;
   // Process-wide engine counters (GetEngineCounters()).
   int64_t graph_builds = 0;
   int64_t optimizer_runs = 0;

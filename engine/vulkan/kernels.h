@@ -41,7 +41,7 @@ inline constexpr size_t kPushConstantBytes = 128;
 
 struct MatMulParams {
   uint64_t w, x, out;
-  uint32_t w_row_bytes, k, m, n, x_row_stride, per;
+  uint32_t w_row_bytes, k, m, n, x_row_stride, per, rows_per_group;
 };
 struct GetRowsParams {
   uint64_t table, ids, out;

@@ -14,6 +14,7 @@ namespace decoded::vulkan {
 namespace {
 
 std::atomic<int64_t> g_uploaded_weight_bytes{0};
+std::atomic<int64_t> g_uploaded_data_bytes{0};
 
 class VulkanBackend final : public Backend, public WeightStore {
  public:
@@ -27,13 +28,30 @@ class VulkanBackend final : public Backend, public WeightStore {
   std::string_view name() const override { return "vulkan"; }
   std::string device_name() const override { return device_->info().name; }
 
-  std::unique_ptr<decoded::Executor> CreateExecutor(int threads, const std::atomic<int>* lent_threads) override {
+  absl::StatusOr<std::unique_ptr<decoded::Executor>> CreateExecutor(int threads,
+                                                                    const std::atomic<int>* lent_threads) override {
     auto e = Executor::Create(device_, threads, lent_threads);
-    if (!e.ok()) return nullptr;
-    return *std::move(e);
+    if (!e.ok()) return e.status();
+    return std::unique_ptr<decoded::Executor>(*std::move(e));
   }
 
   absl::Status CheckSupported(const Graph& graph) const override { return CheckGraphSupported(graph); }
+
+  absl::Status PrepareWeights(const Graph& graph) override {
+    for (const Node& n : graph.nodes()) {
+      if (n.op != Op::kWeight) continue;
+      if (absl::StatusOr<uint64_t> a = Address(*n.weight); !a.ok()) return a.status();
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t allocated_bytes() const override { return device_->allocated_bytes(); }
+  int64_t memory_capacity_bytes() const override { return static_cast<int64_t>(device_->heap_bytes()); }
+  absl::Status health() const override {
+    if (device_->lost()) return absl::UnavailableError(absl::StrCat("Vulkan device ", device_->info().name, " was lost"));
+    return absl::OkStatus();
+  }
+  int64_t validation_messages() const override { return device_->validation_messages(); }
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
     auto b = Buffer::Create(device_, bytes);
@@ -44,6 +62,7 @@ class VulkanBackend final : public Backend, public WeightStore {
   void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset) override {
     // Mapped coherent memory: the next submission sees the bytes.
     std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+    g_uploaded_data_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   }
 
   absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph graph, MemoryPlan plan,
@@ -81,5 +100,6 @@ std::unique_ptr<Backend> CreateBackend(std::shared_ptr<Device> device, const Bac
 }
 
 int64_t UploadedWeightBytes() { return g_uploaded_weight_bytes.load(); }
+int64_t UploadedDataBytes() { return g_uploaded_data_bytes.load(std::memory_order_relaxed); }
 
 }  // namespace decoded::vulkan

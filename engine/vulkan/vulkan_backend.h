@@ -27,6 +27,9 @@ std::unique_ptr<Backend> CreateBackend(std::shared_ptr<Device> device, const Bac
 
 // Bytes of weights a backend uploaded (all backends of the process, live).
 int64_t UploadedWeightBytes();
+// Bytes Backend::Upload wrote (per-token data, KV tables, D1 constants), all
+// backends of the process, ever: what a step costs in host-to-device writes.
+int64_t UploadedDataBytes();
 
 }  // namespace decoded::vulkan
 

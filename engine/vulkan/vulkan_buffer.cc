@@ -29,6 +29,14 @@ absl::StatusOr<std::unique_ptr<Buffer>> Buffer::Create(std::shared_ptr<Device> d
     return absl::InternalError(absl::StrCat(device->info().name, ": storage buffers cannot use memory type ",
                                             device->memory_type()));
   }
+  // The heap is the budget even where the driver would over-commit it
+  // (lavapipe's heap is host memory): a model or KV budget beyond it is
+  // refused here, not by the operating system's OOM killer later.
+  if (device->allocated_bytes() + static_cast<int64_t>(req.size) > static_cast<int64_t>(device->heap_bytes())) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes on ", device->info().name,
+                                                     ": ", device->allocated_bytes(), " of its ",
+                                                     device->heap_bytes(), "-byte heap are in use"));
+  }
   VkMemoryAllocateFlagsInfo fi{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
   fi.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};

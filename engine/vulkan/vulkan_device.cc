@@ -27,6 +27,16 @@ bool EnvValidation() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
+// Fault injection for tests of the serving path: the submission after the
+// first N behaves as if the driver had answered VK_ERROR_DEVICE_LOST. -1: off.
+int64_t EnvLoseAfterSubmissions() {
+  const char* v = std::getenv("DECODED_VULKAN_LOSE_DEVICE_AFTER_SUBMISSIONS");
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  return *end == '\0' && n >= 0 ? n : -1;
+}
+
 bool HasLayer(const char* name) {
   uint32_t n = 0;
   if (vkEnumerateInstanceLayerProperties(&n, nullptr) != VK_SUCCESS) return false;
@@ -105,6 +115,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Open(const Options& options) {
                                                       " is not installed (Debian: vulkan-validationlayers)"));
   }
   std::shared_ptr<Device> d(new Device());
+  d->lose_after_submissions_ = EnvLoseAfterSubmissions();
   auto instance = CreateInstance(validation);
   if (!instance.ok()) return instance.status();
   d->instance_ = *instance;
@@ -163,6 +174,19 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Open(const Options& options) {
   for (const auto& n : needed) {
     if (!n.have) return absl::UnimplementedError(absl::StrCat(d->info_.name, " lacks the Vulkan feature ", n.name));
   }
+  // The mat-vec reduces a row's partial sums with subgroup arithmetic.
+  VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceProperties2 sub_props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  sub_props.pNext = &sub;
+  vkGetPhysicalDeviceProperties2(d->physical_, &sub_props);
+  if (!(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+      !(sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sub.subgroupSize == 0 ||
+      64 % sub.subgroupSize != 0) {
+    return absl::UnimplementedError(absl::StrCat(d->info_.name, " lacks subgroup arithmetic in compute shaders "
+                                                 "with a subgroup size dividing 64 (it reports ", sub.subgroupSize,
+                                                 ")"));
+  }
+  d->subgroup_size_ = sub.subgroupSize;
   VkPhysicalDeviceVulkan12Features e12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   e12.storageBuffer8BitAccess = VK_TRUE;
   e12.shaderInt8 = VK_TRUE;
@@ -275,6 +299,9 @@ absl::Status Device::Submit(VkCommandBuffer cb, VkSemaphore timeline, uint64_t v
   si.signalSemaphoreCount = 1;
   si.pSignalSemaphores = &timeline;
   absl::MutexLock lock(&queue_mu_);
+  if (lose_after_submissions_ >= 0 && submissions_++ >= lose_after_submissions_) {
+    return Check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit (DECODED_VULKAN_LOSE_DEVICE_AFTER_SUBMISSIONS)");
+  }
   return Check(vkQueueSubmit(queue_, 1, &si, VK_NULL_HANDLE), "vkQueueSubmit");
 }
 

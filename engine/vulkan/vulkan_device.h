@@ -11,6 +11,10 @@
 // every warning or error it reports is counted and printed to stderr; tests
 // assert the count stays zero. DECODED_VULKAN_VALIDATION=1 in the environment
 // turns it on for any process.
+//
+// Fault injection: DECODED_VULKAN_LOSE_DEVICE_AFTER_SUBMISSIONS=N makes every
+// submission after the first N fail as VK_ERROR_DEVICE_LOST does, so the
+// serving path's handling of a lost GPU is tested on any device.
 #ifndef DECODED_ENGINE_VULKAN_VULKAN_DEVICE_H_
 #define DECODED_ENGINE_VULKAN_VULKAN_DEVICE_H_
 
@@ -68,6 +72,10 @@ class Device {
   bool memory_is_device_local() const { return memory_device_local_; }
   uint64_t max_allocation_bytes() const { return max_allocation_bytes_; }
   uint64_t heap_bytes() const { return heap_bytes_; }
+  // Invocations per subgroup (lavapipe: 8; NVIDIA: 32), a divisor of 64.
+  uint32_t subgroup_size() const { return subgroup_size_; }
+  // A CPU implementation (lavapipe): few large workgroups beat many small ones.
+  bool is_cpu() const { return info_.type == "cpu"; }
 
   // Submits `cb` to the queue, signalling `timeline` with `value` when done.
   // UNAVAILABLE once the device is lost (lost() turns true).
@@ -105,11 +113,14 @@ class Device {
   uint32_t queue_family_ = 0;
   absl::Mutex queue_mu_;
   VkQueue queue_ ABSL_GUARDED_BY(queue_mu_) = VK_NULL_HANDLE;
+  int64_t lose_after_submissions_ = -1;  // fault injection (vulkan_device.cc)
+  int64_t submissions_ ABSL_GUARDED_BY(queue_mu_) = 0;
   PhysicalDeviceInfo info_;
   uint32_t memory_type_ = 0;
   bool memory_device_local_ = false;
   uint64_t max_allocation_bytes_ = 0;
   uint64_t heap_bytes_ = 0;
+  uint32_t subgroup_size_ = 0;
   std::unique_ptr<Pipelines> pipelines_;
   std::atomic<bool> lost_{false};
   std::atomic<int64_t> allocated_bytes_{0};

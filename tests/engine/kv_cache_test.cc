@@ -31,9 +31,10 @@ class FailingBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph, MemoryPlan, const PlanResources&) override {
     return absl::UnimplementedError("not used");
   }
-  std::unique_ptr<Executor> CreateExecutor(int threads, const std::atomic<int>* lent) override {
+  absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(int threads, const std::atomic<int>* lent) override {
     return CpuBackend().CreateExecutor(threads, lent);
   }
+  int64_t allocated_bytes() const override { return 0; }
   absl::Status CheckSupported(const Graph&) const override { return absl::UnimplementedError("not used"); }
   int calls = 0;
 

@@ -41,6 +41,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,7 @@
 #include "proto/decoded.grpc.pb.h"
 #include "server/server.h"
 #include "tests/common/model_path.h"
+#include "tests/common/test_backend.h"
 #include "tests/gguf/gguf_test_writer.h"
 #include "tests/server/e2e_support.h"
 
@@ -74,6 +76,7 @@ struct FamilyFixture {
   const char* json;        // tests/data/<json>: HF's reference
   const char* family;      // its general.architecture, as GetModelInfo must report it
   bool carries_tokenizer;  // served as committed (else the test vocabulary is added)
+  bool moe = false;        // routed experts: no Vulkan kernel yet, refused at load there
 };
 
 // For test names and messages (gtest would print the bytes).
@@ -90,7 +93,7 @@ constexpr FamilyFixture kFixtures[] = {
     {"qwen2_tiny.gguf", "qwen2_tiny.json", "qwen2", false},
     {"qwen2yarn_tiny.gguf", "qwen2yarn_tiny.json", "qwen2", false},
     {"qwen3_tiny.gguf", "qwen3_tiny.json", "qwen3", false},
-    {"qwen3moe_tiny.gguf", "qwen3moe_tiny.json", "qwen3moe", false},
+    {"qwen3moe_tiny.gguf", "qwen3moe_tiny.json", "qwen3moe", false, true},
     {"phi3_tiny.gguf", "phi3_tiny.json", "phi3", false},
     {"phi2_tiny.gguf", "phi2_tiny.json", "phi2", false},
     {"phi2_tiny_fused.gguf", "phi2_tiny.json", "phi2", false},
@@ -98,10 +101,10 @@ constexpr FamilyFixture kFixtures[] = {
     {"glm4_tiny.gguf", "glm4_tiny.json", "glm4", false},
     {"deepseek2_tiny.gguf", "deepseek2_tiny.json", "deepseek2", false},
     {"deepseek2lite_tiny.gguf", "deepseek2lite_tiny.json", "deepseek2", false},
-    {"deepseek2moe_tiny.gguf", "deepseek2moe_tiny.json", "deepseek2", false},
+    {"deepseek2moe_tiny.gguf", "deepseek2moe_tiny.json", "deepseek2", false, true},
     {"deepseek2yarn_tiny.gguf", "deepseek2yarn_tiny.json", "deepseek2", false},
     {"deepseek2liteyarn_tiny.gguf", "deepseek2liteyarn_tiny.json", "deepseek2", false},
-    {"deepseek3_tiny.gguf", "deepseek3_tiny.json", "deepseek2", false},
+    {"deepseek3_tiny.gguf", "deepseek3_tiny.json", "deepseek2", false, true},
 };
 
 // The test vocabulary's spelling of `id` (see the file comment).
@@ -190,10 +193,15 @@ double MetricSettlesAt(int port, const std::string& series, double want) {
   return v;
 }
 
-class FamilyServingTest : public ::testing::TestWithParam<FamilyFixture> {};
+// Each fixture on each backend (--device): the same HF reference and
+// tolerance, so a Vulkan kernel that drifts from the CPU's fails here too.
+class FamilyServingTest : public ::testing::TestWithParam<std::tuple<FamilyFixture, const char*>> {};
 
 TEST_P(FamilyServingTest, StreamsTransformersGreedyTokensOverTwoTurns) {
-  const FamilyFixture& fx = GetParam();
+  const FamilyFixture& fx = std::get<0>(GetParam());
+  const std::string device = std::get<1>(GetParam());
+  DECODED_TEST_BACKEND_OR_SKIP(backend, device);
+  const std::string device_name = backend->device_name();
   std::ifstream in(testing::TestDataPath(fx.json));
   ASSERT_TRUE(in.good()) << fx.json;
   const nlohmann::json ref = nlohmann::json::parse(in);
@@ -218,16 +226,30 @@ TEST_P(FamilyServingTest, StreamsTransformersGreedyTokensOverTwoTurns) {
   eo.threads_per_worker = 2;
   eo.max_sessions = 2;
   eo.context_length = 64;
+  eo.backend = std::move(backend);
   absl::StatusOr<std::unique_ptr<DecodedServer>> server = e2e::StartServer(eo);
   if (!fx.carries_tokenizer) std::remove(path.c_str());  // mapped: the engine keeps it
+  if (fx.moe && device != "cpu") {
+    // No silent fallback: refused at load, naming the op and the family.
+    ASSERT_FALSE(server.ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition(server.status())) << server.status();
+    EXPECT_NE(server.status().message().find("moe_ffn"), std::string::npos) << server.status();
+    EXPECT_NE(server.status().message().find(fx.family), std::string::npos) << server.status();
+    return;
+  }
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::Decoder::NewStub(e2e::ChannelTo(**server));
   const int metrics_port = (*server)->metrics_port();
+  // What the idle engine holds on its device (on a GPU: the weights).
+  const double idle_device_bytes = e2e::MetricValue(e2e::HttpGet(metrics_port, "/metrics"),
+                                                    "decoded_device_memory_bytes");
 
   grpc::ClientContext info_ctx;
   v1::ModelInfo info;
   ASSERT_TRUE(stub->GetModelInfo(&info_ctx, v1::GetModelInfoRequest(), &info).ok());
   EXPECT_EQ(info.family(), fx.family);
+  EXPECT_EQ(info.backend(), device.substr(0, device.find(':')));
+  EXPECT_EQ(info.device(), device_name);
   EXPECT_EQ(info.vocab_size(), vocab);
   EXPECT_EQ(info.n_layers(), ref["config"]["num_hidden_layers"].get<int>());
   EXPECT_EQ(info.tokenizer(), fx.carries_tokenizer ? "sentencepiece" : "byte_level_bpe");
@@ -318,18 +340,23 @@ TEST_P(FamilyServingTest, StreamsTransformersGreedyTokensOverTwoTurns) {
   EXPECT_EQ(MetricSettlesAt(metrics_port, "decoded_sessions_active", 0), 0);
   EXPECT_EQ(MetricSettlesAt(metrics_port, "decoded_kv_bytes", 0), 0);
   EXPECT_EQ(MetricSettlesAt(metrics_port, "decoded_sessions_total{outcome=\"ok\"}", 1), 1);
+  // Every device byte the session took (its KV cache and held plan) is back.
+  EXPECT_EQ(MetricSettlesAt(metrics_port, "decoded_device_memory_bytes", idle_device_bytes), idle_device_bytes);
+  EXPECT_EQ(e2e::MetricValue(e2e::HttpGet(metrics_port, "/metrics"), "decoded_device_validation_messages_total"), 0);
 
-  std::printf("[ measured ] %s (%s): %d streamed tokens as HF, max |logprob - HF| %.3g, graph builds %lld\n", fx.gguf,
-              fx.family, n - 2, worst, static_cast<long long>(after.graph_builds - before.graph_builds));
+  std::printf("[ measured ] %s (%s) on %s: %d streamed tokens as HF, max |logprob - HF| %.3g, graph builds %lld\n",
+              fx.gguf, fx.family, device.c_str(), n - 2, worst,
+              static_cast<long long>(after.graph_builds - before.graph_builds));
 }
 
-std::string FixtureName(const ::testing::TestParamInfo<FamilyFixture>& info) {
-  std::string name = info.param.gguf;
-  name = name.substr(0, name.find('.'));
-  return name;
+std::string FixtureName(const ::testing::TestParamInfo<std::tuple<FamilyFixture, const char*>>& info) {
+  std::string name = std::get<0>(info.param).gguf;
+  return absl::StrCat(name.substr(0, name.find('.')), "_", std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, FamilyServingTest, ::testing::ValuesIn(kFixtures), FixtureName);
+INSTANTIATE_TEST_SUITE_P(Fixtures, FamilyServingTest,
+                         ::testing::Combine(::testing::ValuesIn(kFixtures), ::testing::Values("cpu", "vulkan")),
+                         FixtureName);
 
 // The control: served the same way, a model that is not HF's (llama_tiny with
 // rope.freq_base 10000 -> 500) must stream other tokens or other logprobs, so

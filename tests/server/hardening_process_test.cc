@@ -31,6 +31,7 @@
 #include "gtest/gtest.h"
 #include "proto/decoded.grpc.pb.h"
 #include "tests/common/model_path.h"
+#include "tests/common/test_backend.h"
 #include "tests/server/daemon_process.h"
 #include "tests/server/e2e_support.h"
 
@@ -416,6 +417,29 @@ TEST(HardeningProcessTest, FlagsThatCannotHoldAreRefusedAtStartWithExit2) {
     Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), flags));
     EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 2) << daemon.Log();
   }
+}
+
+// --device names what there is: an unknown backend, a Vulkan device past the
+// machine's, or a KV budget larger than a GPU's memory exit 2 with the reason.
+TEST(HardeningProcessTest, ADeviceThatCannotServeIsRefusedAtStartWithExit2) {
+  DECODED_REQUIRE_REAL_MODEL();
+  {
+    Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--device=cuda"}));
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 2) << daemon.Log();
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), "--device cuda: unknown device 'cuda'")) << daemon.Log();
+  }
+  {
+    Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--device=vulkan:7"}));
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 2) << daemon.Log();
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), "--device vulkan:7: ")) << daemon.Log();
+  }
+  DECODED_TEST_BACKEND_OR_SKIP(vulkan, "vulkan");
+  const int64_t beyond_mb = vulkan->memory_capacity_bytes() >> 20;
+  vulkan.reset();
+  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(),
+                           {"--device=vulkan", absl::StrCat("--kv_budget_mb=", beyond_mb)}));
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(120)), 2) << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "does not fit")) << daemon.Log();
 }
 
 // Abseil's usage flags and the names an --undefok lists are not unknown

@@ -107,7 +107,9 @@ TEST_P(VulkanFixtureTest, HeldPlanIsByteIdenticalToRebuildAndNearTheCpu) {
   EXPECT_TRUE(device->validation_enabled() || !testing::VulkanRequired()) << "the Khronos validation layer is not installed";
   Loaded gpu = Load(GetParam().file, vulkan::CreateBackend(device));
   ASSERT_NE(gpu.model, nullptr);
-  auto ex = gpu.backend->CreateExecutor(1);
+  auto ex_or = gpu.backend->CreateExecutor(1);
+  ASSERT_TRUE(ex_or.ok()) << ex_or.status();
+  auto ex = *std::move(ex_or);
   ASSERT_NE(ex, nullptr);
   const DecodeModel& m = *gpu.model;
 
@@ -151,7 +153,9 @@ TEST_P(VulkanFixtureTest, RerecordingEveryTokenGivesTheSameBytesAndOneRecordingP
   Loaded control = Load(GetParam().file, vulkan::CreateBackend(device, rerecord));
   ASSERT_NE(held.model, nullptr);
   ASSERT_NE(control.model, nullptr);
-  auto ex = held.backend->CreateExecutor(1);
+  auto ex_or = held.backend->CreateExecutor(1);
+  ASSERT_TRUE(ex_or.ok()) << ex_or.status();
+  auto ex = *std::move(ex_or);
   std::vector<std::vector<float>> logits[2];
   int64_t recordings[2];
   for (int c = 0; c < 2; ++c) {
@@ -183,7 +187,9 @@ TEST_P(VulkanFixtureTest, BatchedRowsAreByteIdenticalToSoloDecode) {
   Loaded gpu = Load(GetParam().file, vulkan::CreateBackend(device));
   ASSERT_NE(gpu.model, nullptr);
   const DecodeModel& m = *gpu.model;
-  auto ex = gpu.backend->CreateExecutor(1);
+  auto ex_or = gpu.backend->CreateExecutor(1);
+  ASSERT_TRUE(ex_or.ok()) << ex_or.status();
+  auto ex = *std::move(ex_or);
   constexpr int kStreams = 6;
   std::vector<std::vector<int32_t>> prompts(kStreams);
   for (int i = 0; i < kStreams; ++i) {
@@ -264,7 +270,9 @@ TEST(VulkanUnsupportedTest, AMixtureOfExpertsModelIsRefusedNamingTheOp) {
   for (const char* file : {"qwen3moe_tiny.gguf", "deepseek2moe_tiny.gguf", "deepseek3_tiny.gguf"}) {
     Loaded gpu = Load(file, vulkan::CreateBackend(device));
     ASSERT_NE(gpu.model, nullptr) << file;
-    auto ex = gpu.backend->CreateExecutor(1);
+    auto ex_or = gpu.backend->CreateExecutor(1);
+    ASSERT_TRUE(ex_or.ok()) << ex_or.status();
+    auto ex = *std::move(ex_or);
     auto kv = NewKv(*gpu.model, 16);
     auto l = forward_with_kv_context(*gpu.model, *kv, kPrompt, false, *ex);
     ASSERT_FALSE(l.ok()) << file;

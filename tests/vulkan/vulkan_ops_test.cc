@@ -100,7 +100,9 @@ TEST_P(VulkanMatMulTest, MatchesTheDequantizedReference) {
   auto backend = vulkan::CreateBackend(device);
   auto compiled = backend->Compile(std::move(g), *std::move(plan), PlanResources{});
   ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto ex = backend->CreateExecutor(1);
+  auto ex_or = backend->CreateExecutor(1);
+  ASSERT_TRUE(ex_or.ok()) << ex_or.status();
+  auto ex = *std::move(ex_or);
   ASSERT_TRUE((*compiled)->Run(*ex, SymEnv{}).ok());
   const absl::Span<const float> mm = (*compiled)->output(0), rows = (*compiled)->output(1);
 

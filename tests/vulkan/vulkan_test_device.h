@@ -8,21 +8,16 @@
 #ifndef DECODED_TESTS_VULKAN_VULKAN_TEST_DEVICE_H_
 #define DECODED_TESTS_VULKAN_VULKAN_TEST_DEVICE_H_
 
-#include <dlfcn.h>
-
-#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "engine/vulkan/vulkan_device.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_backend.h"
 
 namespace decoded::testing {
 
-inline bool VulkanRequired() {
-  const char* r = std::getenv("DECODED_REQUIRE_VULKAN");
-  return r != nullptr && std::string(r) == "1";
-}
+inline bool VulkanRequired() { return VulkanTestsRequired(); }
 
 // The shared device, or nullptr with the reason in *why. Destroyed at exit
 // (after every test), so the leak checker sees the driver's objects freed.
@@ -33,12 +28,7 @@ inline std::shared_ptr<vulkan::Device> TestVulkanDevice(std::string* why) {
   };
   static Opened opened = [] {
     Opened o;
-    // The Vulkan loader unloads the driver and the layer when the instance
-    // goes; kept resident, LeakSanitizer can still name them in the blocks
-    // these uninstrumented libraries keep (tests/lsan.supp).
-    for (const char* lib : {"libvulkan_lvp.so", "libVkLayer_khronos_validation.so"}) {
-      dlopen(lib, RTLD_NOW | RTLD_NODELETE);
-    }
+    KeepVulkanLibrariesResident();
     // The validation layer is required where the Vulkan tests are
     // (DECODED_REQUIRE_VULKAN); elsewhere a machine without it still runs them.
     auto d = vulkan::Device::Open({.index = 0, .validation = true});
