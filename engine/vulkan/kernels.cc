@@ -72,6 +72,39 @@ constexpr uint32_t k_get_rows_q5_k[] = {
 constexpr uint32_t k_get_rows_q6_k[] = {
 #include "engine/vulkan/spirv/get_rows_q6_k.inc"
 };
+constexpr uint32_t k_moe_matmul_f32[] = {
+#include "engine/vulkan/spirv/moe_matmul_f32.inc"
+};
+constexpr uint32_t k_moe_matmul_f16[] = {
+#include "engine/vulkan/spirv/moe_matmul_f16.inc"
+};
+constexpr uint32_t k_moe_matmul_bf16[] = {
+#include "engine/vulkan/spirv/moe_matmul_bf16.inc"
+};
+constexpr uint32_t k_moe_matmul_q4_0[] = {
+#include "engine/vulkan/spirv/moe_matmul_q4_0.inc"
+};
+constexpr uint32_t k_moe_matmul_q4_1[] = {
+#include "engine/vulkan/spirv/moe_matmul_q4_1.inc"
+};
+constexpr uint32_t k_moe_matmul_q5_0[] = {
+#include "engine/vulkan/spirv/moe_matmul_q5_0.inc"
+};
+constexpr uint32_t k_moe_matmul_q5_1[] = {
+#include "engine/vulkan/spirv/moe_matmul_q5_1.inc"
+};
+constexpr uint32_t k_moe_matmul_q8_0[] = {
+#include "engine/vulkan/spirv/moe_matmul_q8_0.inc"
+};
+constexpr uint32_t k_moe_matmul_q4_k[] = {
+#include "engine/vulkan/spirv/moe_matmul_q4_k.inc"
+};
+constexpr uint32_t k_moe_matmul_q5_k[] = {
+#include "engine/vulkan/spirv/moe_matmul_q5_k.inc"
+};
+constexpr uint32_t k_moe_matmul_q6_k[] = {
+#include "engine/vulkan/spirv/moe_matmul_q6_k.inc"
+};
 constexpr uint32_t k_norm[] = {
 #include "engine/vulkan/spirv/norm.inc"
 };
@@ -89,6 +122,9 @@ constexpr uint32_t k_kv_write[] = {
 };
 constexpr uint32_t k_attention[] = {
 #include "engine/vulkan/spirv/attention.inc"
+};
+constexpr uint32_t k_moe[] = {
+#include "engine/vulkan/spirv/moe.inc"
 };
 
 struct KernelEntry {
@@ -122,12 +158,24 @@ constexpr KernelEntry kKernels[] = {
     DECODED_KERNEL(k_get_rows_q4_k, 64),
     DECODED_KERNEL(k_get_rows_q5_k, 64),
     DECODED_KERNEL(k_get_rows_q6_k, 64),
+    DECODED_KERNEL(k_moe_matmul_f32, 64),
+    DECODED_KERNEL(k_moe_matmul_f16, 64),
+    DECODED_KERNEL(k_moe_matmul_bf16, 64),
+    DECODED_KERNEL(k_moe_matmul_q4_0, 64),
+    DECODED_KERNEL(k_moe_matmul_q4_1, 64),
+    DECODED_KERNEL(k_moe_matmul_q5_0, 64),
+    DECODED_KERNEL(k_moe_matmul_q5_1, 64),
+    DECODED_KERNEL(k_moe_matmul_q8_0, 64),
+    DECODED_KERNEL(k_moe_matmul_q4_k, 64),
+    DECODED_KERNEL(k_moe_matmul_q5_k, 64),
+    DECODED_KERNEL(k_moe_matmul_q6_k, 64),
     DECODED_KERNEL(k_norm, 64),
     DECODED_KERNEL(k_eltwise, 256),
     DECODED_KERNEL(k_copy, 256),
     DECODED_KERNEL(k_rope, 256),
     DECODED_KERNEL(k_kv_write, 256),
     DECODED_KERNEL(k_attention, 64),
+    DECODED_KERNEL(k_moe, 64),
 };
 #undef DECODED_KERNEL
 static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == static_cast<size_t>(Kernel::kCount));
@@ -173,6 +221,13 @@ std::optional<Kernel> GetRowsKernel(DType t) {
     case DType::kQ6_K: return Kernel::kGetRowsQ6_K;
     default: return std::nullopt;
   }
+}
+
+std::optional<Kernel> MoeMatMulKernel(DType t) {
+  const std::optional<Kernel> m = MatMulKernel(t);
+  if (!m) return std::nullopt;
+  return static_cast<Kernel>(static_cast<int32_t>(Kernel::kMoeMatMulF32) + static_cast<int32_t>(*m) -
+                             static_cast<int32_t>(Kernel::kMatMulF32));
 }
 
 }  // namespace decoded::vulkan

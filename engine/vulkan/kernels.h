@@ -22,7 +22,9 @@ enum class Kernel : int32_t {
   kMatMulQ4_K, kMatMulQ5_K, kMatMulQ6_K,
   kGetRowsF32, kGetRowsF16, kGetRowsBF16, kGetRowsQ4_0, kGetRowsQ4_1, kGetRowsQ5_0, kGetRowsQ5_1, kGetRowsQ8_0,
   kGetRowsQ4_K, kGetRowsQ5_K, kGetRowsQ6_K,
-  kNorm, kEltwise, kCopy, kRope, kKvWrite, kAttention,
+  kMoeMatMulF32, kMoeMatMulF16, kMoeMatMulBF16, kMoeMatMulQ4_0, kMoeMatMulQ4_1, kMoeMatMulQ5_0, kMoeMatMulQ5_1,
+  kMoeMatMulQ8_0, kMoeMatMulQ4_K, kMoeMatMulQ5_K, kMoeMatMulQ6_K,
+  kNorm, kEltwise, kCopy, kRope, kKvWrite, kAttention, kMoe,
   kCount,
 };
 
@@ -36,12 +38,23 @@ uint32_t KernelLocalSize(Kernel k);
 // backend has no kernel for.
 std::optional<Kernel> MatMulKernel(DType t);
 std::optional<Kernel> GetRowsKernel(DType t);
+// The routed-expert mat-vec (moe_matmul.comp) for expert weights of type `t`.
+std::optional<Kernel> MoeMatMulKernel(DType t);
 
 inline constexpr size_t kPushConstantBytes = 128;
 
 struct MatMulParams {
   uint64_t w, x, out;
   uint32_t w_row_bytes, k, m, n, x_row_stride, per, rows_per_group;
+};
+struct MoeMatMulParams {
+  uint64_t w, x, out, ids, plane_bytes;
+  uint32_t w_row_bytes, k, m, n, x_row_stride, x_div, rows_per_group;
+};
+struct MoeParams {
+  uint64_t logits, bias, ids, weights, scratch, down, out;
+  uint32_t rows, n_expert, k, gating, norm_topk, n_group, topk_group, group_score, has_bias, mode, hidden;
+  float scale;
 };
 struct GetRowsParams {
   uint64_t table, ids, out;

@@ -42,6 +42,29 @@ uint32_t GroupsFor(int64_t items, uint32_t per_group) {
   return static_cast<uint32_t>((items + per_group - 1) / per_group);
 }
 
+// Where one MoE FFN's intermediates live in the plan's MoE workspace
+// (reused by every MoE node of the plan, which run one after another):
+// pairs = rows * k (row, chosen expert) pairs.
+struct MoeWorkspace {
+  size_t ids = 0, weights = 0, scratch = 0, gate = 0, up = 0, down = 0, total = 0;
+  explicit MoeWorkspace(const Graph& g, const Node& n) {
+    const Node& gate_w = g.node(n.src[2]);
+    const size_t rows = static_cast<size_t>(n.rows), pairs = rows * static_cast<size_t>(n.moe.k);
+    const size_t ffn = static_cast<size_t>(gate_w.rows), hidden = static_cast<size_t>(gate_w.cols);
+    auto take = [this](size_t bytes) {
+      const size_t at = total;
+      total += (bytes + 63) / 64 * 64;
+      return at;
+    };
+    ids = take(pairs * 4);
+    weights = take(pairs * 4);
+    scratch = take(rows * (2 * static_cast<size_t>(n.moe.n_expert) + 2 * static_cast<size_t>(n.moe.n_group)) * 4);
+    gate = take(pairs * ffn * 4);
+    up = take(pairs * ffn * 4);
+    down = take(pairs * hidden * 4);
+  }
+};
+
 absl::Status Unsupported(const Node& n, const std::string& why) {
   return absl::UnimplementedError(absl::StrCat("the Vulkan backend cannot run ", OpName(n.op), " node ", n.name, ": ",
                                                why));
@@ -66,7 +89,16 @@ absl::Status CheckGraphSupported(const Graph& graph) {
   for (const Node& n : graph.nodes()) {
     switch (n.op) {
       case Op::kMoeFfn:
-        return Unsupported(n, "the mixture-of-experts FFN has no Vulkan kernel yet");
+        for (size_t j = 2; j <= 4; ++j) {
+          const Node& w = graph.node(n.src[j]);
+          if (!MoeMatMulKernel(w.dtype)) return Unsupported(n, absl::StrCat("no kernel for expert weight type ", DTypeName(w.dtype)));
+          const bool float_type = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
+          if (!float_type && w.cols % kUnit != 0) {
+            return Unsupported(n, absl::StrCat("expert weight ", w.name, " has ", w.cols, " columns, not whole units of ",
+                                               kUnit));
+          }
+        }
+        break;
       case Op::kGetRows:
         if (auto s = CheckWeightKernel(graph, n, true); !s.ok()) return s;
         break;
@@ -136,6 +168,16 @@ class Plan final : public CompiledPlan {
     auto control = Buffer::Create(device_, (kSymWord + static_cast<size_t>(sym_rows)) * sizeof(int32_t));
     if (!control.ok()) return control.status();
     control_ = *std::move(control);
+    size_t moe_bytes = 0;
+    for (NodeId id : plan_.schedule) {
+      const Node& n = nodes[static_cast<size_t>(id)];
+      if (n.op == Op::kMoeFfn) moe_bytes = std::max(moe_bytes, MoeWorkspace(graph_, n).total);
+    }
+    if (moe_bytes > 0) {
+      auto ws = Buffer::Create(device_, moe_bytes);
+      if (!ws.ok()) return ws.status();
+      moe_workspace_ = *std::move(ws);
+    }
 
     // Every node's device address.
     std::vector<uint64_t> addr(nodes.size(), 0);
@@ -368,8 +410,52 @@ class Plan final : public CompiledPlan {
                             static_cast<uint32_t>(KvRowStride(res.kv_layers)), a.scale, a.softcap}));
         break;
       }
-      case Op::kMoeFfn:
-        return Unsupported(n, "the mixture-of-experts FFN has no Vulkan kernel yet");
+      case Op::kMoeFfn: {
+        const MoeRouting& r = n.moe;
+        const Node& gate_w = src_node(2);
+        const Node& up_w = src_node(3);
+        const Node& down_w = src_node(4);
+        const int64_t per = r.n_group > 0 ? r.n_expert / r.n_group : 0;
+        if (r.k < 1 || r.k > r.n_expert || r.n_group < 1 || r.n_expert % r.n_group != 0 || r.topk_group < 1 ||
+            r.topk_group > r.n_group || r.k > r.topk_group * per || src_node(1).cols != r.n_expert ||
+            gate_w.weight->planes != r.n_expert || up_w.weight->planes != r.n_expert ||
+            down_w.weight->planes != r.n_expert || up_w.rows != gate_w.rows || down_w.cols != gate_w.rows ||
+            down_w.rows != gate_w.cols || (r.has_bias && (n.src.size() < 6 || src_node(5).cols != r.n_expert))) {
+          return absl::InvalidArgumentError(absl::StrCat(n.name, ": inconsistent routing or expert shapes"));
+        }
+        const MoeWorkspace ws(graph_, n);
+        const uint64_t base = moe_workspace_->device_address();
+        const uint32_t rows = static_cast<uint32_t>(n.rows), k = static_cast<uint32_t>(r.k);
+        const uint32_t pairs = rows * k, ffn = static_cast<uint32_t>(gate_w.rows),
+                       hidden = static_cast<uint32_t>(gate_w.cols);
+        MoeParams route{src(1), r.has_bias ? src(5) : 0, base + ws.ids, base + ws.weights, base + ws.scratch,
+                        base + ws.down, out, rows, static_cast<uint32_t>(r.n_expert), k,
+                        r.gating == MoeGating::kSigmoid ? 1u : 0u, r.norm_topk_prob ? 1u : 0u,
+                        static_cast<uint32_t>(r.n_group), static_cast<uint32_t>(r.topk_group),
+                        r.group_score == MoeGroupScore::kTop2Sum ? 1u : 0u, r.has_bias ? 1u : 0u, 0u, hidden,
+                        r.scale};
+        dispatches_.push_back(MakeDispatch(Kernel::kMoe, GroupsFor(rows, 64), route));
+        const uint32_t rows_per_group = 64 / device_->subgroup_size() * (device_->is_cpu() ? 8 : 1);
+        auto experts = [&](const Node& w, uint64_t x, uint64_t dst, uint32_t x_stride, uint32_t x_div) {
+          const WeightTensor& wt = *w.weight;
+          dispatches_.push_back(MakeDispatch(
+              *MoeMatMulKernel(w.dtype), GroupsFor(w.rows, rows_per_group),
+              MoeMatMulParams{addr[static_cast<size_t>(&w - nodes.data())], x, dst, base + ws.ids,
+                              static_cast<uint64_t>(wt.rows) * wt.row_bytes, static_cast<uint32_t>(wt.row_bytes),
+                              static_cast<uint32_t>(w.cols), pairs, static_cast<uint32_t>(w.rows), x_stride, x_div,
+                              rows_per_group}));
+        };
+        experts(gate_w, src(0), base + ws.gate, hidden, k);
+        experts(up_w, src(0), base + ws.up, hidden, k);
+        dispatches_.push_back(MakeDispatch(Kernel::kEltwise, GroupsFor(int64_t{pairs} * ffn, 256),
+                                           EltwiseParams{base + ws.gate, base + ws.up, base + ws.gate, pairs * ffn,
+                                                         EltwiseOp::kSwiGlu, 0.0f, 0}));
+        experts(down_w, base + ws.gate, base + ws.down, ffn, 1);
+        MoeParams combine = route;
+        combine.mode = 1;
+        dispatches_.push_back(MakeDispatch(Kernel::kMoe, GroupsFor(int64_t{rows} * hidden, 64), combine));
+        break;
+      }
       case Op::kWeight:
       case Op::kInput:
       case Op::kConst:
@@ -438,6 +524,7 @@ class Plan final : public CompiledPlan {
   MemoryPlan plan_;
   PlanOptions options_;
   std::unique_ptr<Buffer> consts_, arena_, control_;
+  std::unique_ptr<Buffer> moe_workspace_;  // MoE intermediates (MoeWorkspace), when the graph has MoE nodes
   int64_t sym_rows_ = 0;
   std::vector<Dispatch> dispatches_;
   VkCommandPool pool_ = VK_NULL_HANDLE;

@@ -42,9 +42,9 @@ struct PlanOptions {
   bool record_every_run = false;
 };
 
-// UNIMPLEMENTED naming the first node the kernels cannot run: an op without
-// a kernel (the MoE FFN), a weight type without one, a weight whose columns
-// are not whole 32-element units, attention wider than 1024 per head.
+// UNIMPLEMENTED naming the first node the kernels cannot run: a weight type
+// without a kernel (matmul, get_rows, MoE experts), a quantized weight whose
+// columns are not whole 32-element units, attention wider than 1024 per head.
 absl::Status CheckGraphSupported(const Graph& graph);
 
 // INVALID_ARGUMENT as CompiledPlan's contract (engine/backend.h) and for an

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/model_path.h"
@@ -43,6 +47,75 @@ TEST(ModelLoadTest, TinyFixtureLoadsWithItsGeometry) {
   EXPECT_EQ(info.device, "cpu");
   EXPECT_EQ((*m)->NewContext(0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*m)->NewContext(info.context_length + 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The CPU backend with one op refused by CheckSupported, and weights it
+// cannot hold from PrepareWeights: what a device without a kernel, or with
+// too little memory, answers at load.
+class RefusingBackend final : public Backend {
+ public:
+  RefusingBackend(std::optional<Op> refused, bool weights_fit) : refused_(refused), weights_fit_(weights_fit) {}
+  std::string_view name() const override { return "refusing"; }
+  absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(int threads, const std::atomic<int>* lent) override {
+    return CpuBackend().CreateExecutor(threads, lent);
+  }
+  absl::Status CheckSupported(const Graph& graph) const override {
+    for (const Node& n : graph.nodes()) {
+      if (refused_ && n.op == *refused_) return absl::UnimplementedError(absl::StrCat("no kernel for ", OpName(n.op), " node ", n.name));
+    }
+    return CpuBackend().CheckSupported(graph);
+  }
+  absl::Status PrepareWeights(const Graph& graph) override {
+    ++prepared;
+    if (weights_fit_) return absl::OkStatus();
+    return absl::ResourceExhaustedError("weight token_embd.weight: out of device memory");
+  }
+  int64_t allocated_bytes() const override { return CpuBackend().allocated_bytes(); }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override { return CpuBackend().Allocate(bytes); }
+  void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset) override {
+    CpuBackend().Upload(dst, src, bytes, offset);
+  }
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph graph, MemoryPlan plan,
+                                                       const PlanResources& resources) override {
+    return CpuBackend().Compile(std::move(graph), std::move(plan), resources);
+  }
+  int prepared = 0;
+
+ private:
+  const std::optional<Op> refused_;
+  const bool weights_fit_;
+};
+
+TEST(ModelLoadTest, ABackendWithoutAKernelForAnOpIsRefusedAtLoadNamingOpAndFamily) {
+  for (const Op op : {Op::kAttention, Op::kRmsNorm, Op::kGetRows}) {
+    auto backend = std::make_shared<RefusingBackend>(op, /*weights_fit=*/true);
+    ModelLoadOptions o;
+    o.backend = backend;
+    auto m = Model::Load(testing::TestDataPath("gemma3_tiny_swa.gguf"), o);
+    ASSERT_FALSE(m.ok()) << OpName(op);
+    EXPECT_TRUE(absl::IsFailedPrecondition(m.status())) << m.status();
+    EXPECT_NE(m.status().message().find(OpName(op)), std::string::npos) << m.status();
+    EXPECT_NE(m.status().message().find("gemma3"), std::string::npos) << m.status();
+    EXPECT_EQ(backend->prepared, 0) << "weights prepared for a model that cannot run";
+  }
+}
+
+TEST(ModelLoadTest, WeightsTheDeviceCannotHoldAreRefusedAtLoad) {
+  auto backend = std::make_shared<RefusingBackend>(std::nullopt, /*weights_fit=*/false);
+  ModelLoadOptions o;
+  o.backend = backend;
+  auto m = Model::Load(testing::TestDataPath("gemma3_tiny_swa.gguf"), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(m.status())) << m.status();
+  EXPECT_NE(m.status().message().find("token_embd.weight"), std::string::npos) << m.status();
+
+  auto fits = std::make_shared<RefusingBackend>(std::nullopt, /*weights_fit=*/true);
+  o.backend = fits;
+  auto ok = Model::Load(testing::TestDataPath("gemma3_tiny_swa.gguf"), o);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(fits->prepared, 1);
+  EXPECT_EQ(&(*ok)->backend(), fits.get());
+  EXPECT_EQ((*ok)->info().backend, "refusing");
 }
 
 TEST(ModelLoadTest, PrefillChunkBoundsAreChecked) {

@@ -191,6 +191,67 @@ TEST(VulkanServingTest, ALostDeviceEndsTheTurnWithUnavailableAndHealthTurnsNotSe
   EXPECT_EQ(info.backend(), "vulkan");
 }
 
+// The serving guarantees are the scheduler's, whatever the device: on Vulkan
+// a client that stops acknowledging is parked after max_unconsumed_events,
+// a cancel ends its turn there, a drain cuts a parked turn with SHUTDOWN, and
+// every device byte a session took is back once it closes.
+TEST(VulkanServingTest, BackpressureCancelAndDrainHoldOnVulkan) {
+  DECODED_TEST_BACKEND_OR_SKIP(vulkan, "vulkan");
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  eo.context_length = 128;
+  eo.max_unconsumed_events = 8;
+  eo.backend = vulkan;
+  absl::StatusOr<std::unique_ptr<DecodedServer>> server = e2e::StartServer(eo);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Decoder::NewStub(e2e::ChannelTo(**server));
+  const int port = (*server)->metrics_port();
+  const double idle_bytes = e2e::MetricValue(e2e::HttpGet(port, "/metrics"), "decoded_device_memory_bytes");
+  const serving::Engine& engine = *(*server)->engine();
+  auto unacknowledged = [](int tokens) {
+    v1::GenerateRequest turn = e2e::TextTurn("Hello there", tokens);
+    turn.mutable_turn()->set_acknowledge_events(true);
+    return turn;
+  };
+  auto wait_parked = [&](int64_t want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (engine.Stats().sessions_waiting_for_client != want && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return engine.Stats().sessions_waiting_for_client;
+  };
+
+  // Parked after 8 events, then cancelled there.
+  grpc::ClientContext a_ctx;
+  auto a = stub->Generate(&a_ctx);
+  ASSERT_TRUE(a->Write(unacknowledged(60)));
+  ASSERT_EQ(wait_parked(1), 1);
+  EXPECT_GT(e2e::MetricValue(e2e::HttpGet(port, "/metrics"), "decoded_device_memory_bytes"), idle_bytes);
+  ASSERT_TRUE(a->Write(e2e::CancelRequest()));
+  const e2e::TurnResult cancelled = e2e::ReadTurn(a.get());
+  ASSERT_TRUE(cancelled.ended);
+  EXPECT_EQ(cancelled.end.finish_reason(), v1::CANCELLED);
+  EXPECT_EQ(cancelled.ids.size(), 8u);
+  a->WritesDone();
+  EXPECT_TRUE(a->Finish().ok());
+  EXPECT_TRUE(e2e::EngineDrainsToZero(engine, absl::Seconds(5)));
+  EXPECT_EQ(e2e::MetricValue(e2e::HttpGet(port, "/metrics"), "decoded_device_memory_bytes"), idle_bytes);
+
+  // Parked again, then the drain cuts it with a final SHUTDOWN event.
+  grpc::ClientContext b_ctx;
+  auto b = stub->Generate(&b_ctx);
+  ASSERT_TRUE(b->Write(unacknowledged(60)));
+  ASSERT_EQ(wait_parked(1), 1);
+  const absl::Time start = absl::Now();
+  (*server)->Drain(absl::Seconds(2));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  const e2e::TurnResult cut = e2e::ReadTurn(b.get());
+  ASSERT_TRUE(cut.ended);
+  EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
+  EXPECT_EQ(b->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(e2e::MetricValue(e2e::HttpGet(port, "/metrics"), "decoded_device_validation_messages_total"), 0);
+}
+
 // --kv_budget_mb counts the device's memory: by default three quarters of
 // what the weights leave of it; more than they leave is refused at start.
 TEST(VulkanServingTest, TheKvBudgetIsDeviceMemory) {
@@ -215,6 +276,33 @@ TEST(VulkanServingTest, TheKvBudgetIsDeviceMemory) {
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
   EXPECT_NE(refused.status().message().find(vulkan->device_name()), std::string::npos) << refused.status();
+}
+
+// Weights that do not fit what the device has left are refused at load with
+// RESOURCE_EXHAUSTED naming the tensor (the daemon exits 2), not at a first
+// token. Another backend on the same device takes all but 1 KiB of its heap.
+TEST(VulkanServingTest, AModelLargerThanTheDeviceHasLeftIsRefusedAtLoad) {
+  DECODED_TEST_BACKEND_OR_SKIP(hog, "vulkan");
+  DECODED_TEST_BACKEND_OR_SKIP(vulkan, "vulkan");
+  std::vector<std::unique_ptr<DeviceBuffer>> taken;
+  constexpr int64_t kChunk = int64_t{256} << 20;
+  for (int64_t left = hog->memory_capacity_bytes() - hog->allocated_bytes() - 1024; left > 4096;
+       left = hog->memory_capacity_bytes() - hog->allocated_bytes() - 1024) {
+    auto b = hog->Allocate(static_cast<size_t>(std::min(left, kChunk)));
+    ASSERT_TRUE(b.ok()) << b.status();
+    taken.push_back(*std::move(b));
+  }
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  eo.context_length = 64;
+  eo.backend = vulkan;
+  absl::StatusOr<std::unique_ptr<serving::Engine>> engine = serving::Engine::Create(eo);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(engine.status())) << engine.status();
+  EXPECT_NE(engine.status().message().find("the weights do not fit"), std::string::npos) << engine.status();
+  EXPECT_NE(engine.status().message().find(".weight"), std::string::npos) << engine.status();
+  taken.clear();
+  EXPECT_EQ(vulkan->validation_messages(), 0);
 }
 
 }  // namespace
