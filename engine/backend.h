@@ -48,12 +48,23 @@ class Executor {
   }
 };
 
+// Who touches a buffer's bytes, so a backend can place it.
+enum class BufferAccess : int32_t {
+  // The host writes or reads them through data(): per-step data, outputs.
+  kHost = 0,
+  // Only kernels read and write them (the host only through Backend::Upload):
+  // KV caches. A GPU backend may put them where the host cannot map (a
+  // discrete GPU's own memory), and their data() is then nullptr.
+  kDeviceOnly = 1,
+};
+
 // Device memory. On CPU: 64-byte aligned host memory; on Vulkan: device
-// memory mapped into the host (engine/vulkan/vulkan_buffer.h).
+// memory, mapped into the host unless device-only (engine/vulkan/vulkan_buffer.h).
 class DeviceBuffer {
  public:
   virtual ~DeviceBuffer() = default;
-  // The host view of the bytes (host-visible on every backend here).
+  // The host view of the bytes; nullptr for a device-only buffer the host
+  // cannot map (BufferAccess::kDeviceOnly on a discrete GPU).
   virtual void* data() = 0;
   virtual const void* data() const = 0;
   virtual size_t size() const = 0;
@@ -125,8 +136,11 @@ class Backend {
   // when enabled); 0 where there is none.
   virtual int64_t validation_messages() const { return 0; }
   // RESOURCE_EXHAUSTED when the device cannot provide `bytes`.
-  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) = 0;
-  // Copies `bytes` from host memory into `dst` at `offset`. Allocation-free.
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes,
+                                                                 BufferAccess access = BufferAccess::kHost) = 0;
+  // Copies `bytes` from host memory into `dst` at `offset`. Allocation-free
+  // into a host-accessible buffer (every per-step upload); into a device-only
+  // one a GPU backend may stage the copy.
   virtual void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset = 0) = 0;
   // Takes ownership of the graph. INVALID_ARGUMENT if a kInput slot has no
   // buffer or one too small, or a KV node's layer or geometry disagrees with

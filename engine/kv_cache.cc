@@ -55,11 +55,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(Backend& backend, int32
     return s;
   };
   for (int32_t l = 0; l < n_layers; ++l) {
-    auto k = backend.Allocate(static_cast<size_t>(k_per));
+    auto k = backend.Allocate(static_cast<size_t>(k_per), BufferAccess::kDeviceOnly);
     if (!k.ok()) return fail(k.status());
     kv->k_.push_back(*std::move(k));
     if (v_slot) {
-      auto v = backend.Allocate(static_cast<size_t>(v_per));
+      auto v = backend.Allocate(static_cast<size_t>(v_per), BufferAccess::kDeviceOnly);
       if (!v.ok()) return fail(v.status());
       kv->v_.push_back(*std::move(v));
     }

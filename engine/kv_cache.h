@@ -53,6 +53,8 @@ class KvCache {
   uint64_t layer_version(int32_t layer) const { return versions_[static_cast<size_t>(layer)]; }
   int64_t bytes() const;
 
+  // The host view of a layer's K (and V) rows: nullptr where the backend
+  // keeps the cache in memory the host cannot map (a discrete GPU).
   float* k(int32_t layer);
   // nullptr when the layout has no V slot (v_in_k).
   float* v(int32_t layer);

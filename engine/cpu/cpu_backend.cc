@@ -574,7 +574,7 @@ class CpuBackendImpl final : public Backend {
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes, BufferAccess) override {
     auto b = CpuBuffer::Create(bytes);
     if (!b) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
     return std::unique_ptr<DeviceBuffer>(std::move(b));

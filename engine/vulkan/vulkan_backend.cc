@@ -53,15 +53,21 @@ class VulkanBackend final : public Backend, public WeightStore {
   }
   int64_t validation_messages() const override { return device_->validation_messages(); }
 
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
-    auto b = Buffer::Create(device_, bytes);
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes, BufferAccess access) override {
+    auto b = Buffer::Create(device_, bytes,
+                            access == BufferAccess::kDeviceOnly ? Device::Memory::kDeviceOnly : Device::Memory::kUpload);
     if (!b.ok()) return b.status();
     return std::unique_ptr<DeviceBuffer>(*std::move(b));
   }
 
   void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset) override {
-    // Mapped coherent memory: the next submission sees the bytes.
-    std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+    // Mapped coherent memory: the next submission sees the bytes. A
+    // device-only buffer is written through a staging copy.
+    if (dst.data() != nullptr) {
+      std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+    } else if (auto* b = dynamic_cast<Buffer*>(&dst); b != nullptr) {
+      b->Write(offset, src, bytes).IgnoreError();  // a lost device fails the next Run
+    }
     g_uploaded_data_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   }
 
@@ -75,11 +81,13 @@ class VulkanBackend final : public Backend, public WeightStore {
     auto it = weights_.find(w.data);
     if (it != weights_.end()) return it->second->device_address();
     const size_t bytes = static_cast<size_t>(w.planes * w.rows) * w.row_bytes;
-    auto b = Buffer::Create(device_, bytes);
+    auto b = Buffer::Create(device_, bytes, Device::Memory::kDeviceOnly);
     if (!b.ok()) {
       return absl::Status(b.status().code(), absl::StrCat("weight ", w.name, ": ", b.status().message()));
     }
-    std::memcpy((*b)->data(), w.data, bytes);
+    if (absl::Status s = (*b)->Write(0, w.data, bytes); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("weight ", w.name, ": ", s.message()));
+    }
     g_uploaded_weight_bytes.fetch_add(static_cast<int64_t>(bytes));
     const uint64_t address = (*b)->device_address();
     weights_.emplace(w.data, *std::move(b));

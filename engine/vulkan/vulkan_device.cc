@@ -1,5 +1,6 @@
 #include "engine/vulkan/vulkan_device.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,10 +23,12 @@ const char* TypeName(VkPhysicalDeviceType t) {
   }
 }
 
-bool EnvValidation() {
-  const char* v = std::getenv("DECODED_VULKAN_VALIDATION");
+bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
+
+bool EnvValidation() { return EnvFlag("DECODED_VULKAN_VALIDATION"); }
 
 // Fault injection for tests of the serving path: the submission after the
 // first N behaves as if the driver had answered VK_ERROR_DEVICE_LOST. -1: off.
@@ -231,25 +234,48 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Open(const Options& options) {
     vkGetDeviceQueue(d->device_, d->queue_family_, 0, &d->queue_);
   }
 
-  // Every buffer is mapped: the memory must be host-visible and coherent.
-  // Device-local as well where the device has it (integrated GPUs, lavapipe,
-  // discrete GPUs with resizable BAR); system memory otherwise.
+  // Three kinds of buffer (Device::Memory): device-only ones where the
+  // device keeps its own memory, host-written and host-read ones mapped.
   VkPhysicalDeviceMemoryProperties mem;
   vkGetPhysicalDeviceMemoryProperties(d->physical_, &mem);
+  for (uint32_t h = 0; h < mem.memoryHeapCount; ++h) d->heap_size_[h] = mem.memoryHeaps[h].size;
   const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-  int best = -1;
-  for (uint32_t i = 0; i < mem.memoryTypeCount; ++i) {
-    const VkMemoryPropertyFlags f = mem.memoryTypes[i].propertyFlags;
-    if ((f & host) != host) continue;
-    const bool local = f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
-    if (best < 0 || (local && !d->memory_device_local_)) {
-      best = static_cast<int>(i);
-      d->memory_device_local_ = local;
+  // Scores a type for a kind; -1: unusable for it.
+  auto pick = [&](auto score) {
+    int best = -1;
+    int64_t best_score = -1;
+    for (uint32_t i = 0; i < mem.memoryTypeCount; ++i) {
+      const int64_t sc = score(mem.memoryTypes[i].propertyFlags, mem.memoryHeaps[mem.memoryTypes[i].heapIndex].size);
+      if (sc > best_score) {
+        best = static_cast<int>(i);
+        best_score = sc;
+      }
     }
+    return best;
+  };
+  const int upload = pick([&](VkMemoryPropertyFlags f, VkDeviceSize) -> int64_t {
+    if ((f & host) != host) return -1;
+    return (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) ? 1 : 0;
+  });
+  const int readback = pick([&](VkMemoryPropertyFlags f, VkDeviceSize) -> int64_t {
+    if ((f & host) != host) return -1;
+    return (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 1 : 0;
+  });
+  // Device-local of the largest heap; among those, one the host cannot map
+  // (a discrete GPU's VRAM rather than its BAR window).
+  const int device_only = pick([&](VkMemoryPropertyFlags f, VkDeviceSize heap) -> int64_t {
+    if (!(f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) return -1;
+    return static_cast<int64_t>(heap >> 20) * 2 + ((f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) ? 0 : 1);
+  });
+  if (upload < 0) return absl::UnimplementedError(absl::StrCat(d->info_.name, " has no host-visible coherent memory"));
+  const int kinds[3] = {device_only >= 0 ? device_only : upload, upload, readback};
+  const bool unmapped = options.unmapped_device_memory || EnvFlag("DECODED_VULKAN_UNMAPPED_DEVICE_MEMORY");
+  for (int k = 0; k < 3; ++k) {
+    d->types_[k] = static_cast<uint32_t>(kinds[k]);
+    d->heap_index_[k] = mem.memoryTypes[kinds[k]].heapIndex;
+    const bool visible = (mem.memoryTypes[kinds[k]].propertyFlags & host) == host;
+    d->mapped_[k] = visible && !(k == static_cast<int>(Memory::kDeviceOnly) && unmapped);
   }
-  if (best < 0) return absl::UnimplementedError(absl::StrCat(d->info_.name, " has no host-visible coherent memory"));
-  d->memory_type_ = static_cast<uint32_t>(best);
-  d->heap_bytes_ = mem.memoryHeaps[mem.memoryTypes[best].heapIndex].size;
   VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
   VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   p2.pNext = &m3;
@@ -303,6 +329,96 @@ absl::Status Device::Submit(VkCommandBuffer cb, VkSemaphore timeline, uint64_t v
     return Check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit (DECODED_VULKAN_LOSE_DEVICE_AFTER_SUBMISSIONS)");
   }
   return Check(vkQueueSubmit(queue_, 1, &si, VK_NULL_HANDLE), "vkQueueSubmit");
+}
+
+absl::Status Device::CopyToUnmapped(VkBuffer dst, size_t offset, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (lost()) return absl::UnavailableError(absl::StrCat("Vulkan device ", info_.name, " was lost"));
+  absl::MutexLock staging(&staging_mu_);
+  constexpr size_t kChunk = size_t{64} << 20;
+  const size_t chunk = std::min(bytes, kChunk);
+  // A host-visible buffer of its own (not a Buffer: that needs a shared_ptr of this device).
+  VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bi.size = chunk;
+  bi.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+  bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VkBuffer stage = VK_NULL_HANDLE;
+  VkDeviceMemory stage_mem = VK_NULL_HANDLE;
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  void* mapped = nullptr;
+  auto cleanup = [&] {
+    if (fence != VK_NULL_HANDLE) vkDestroyFence(device_, fence, nullptr);
+    if (pool != VK_NULL_HANDLE) vkDestroyCommandPool(device_, pool, nullptr);
+    if (stage != VK_NULL_HANDLE) vkDestroyBuffer(device_, stage, nullptr);
+    if (stage_mem != VK_NULL_HANDLE) vkFreeMemory(device_, stage_mem, nullptr);
+  };
+  auto fail = [&](absl::Status s) {
+    cleanup();
+    return s;
+  };
+  if (auto s = Check(vkCreateBuffer(device_, &bi, nullptr, &stage), "vkCreateBuffer (staging)"); !s.ok()) return fail(s);
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(device_, stage, &req);
+  VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  ai.allocationSize = req.size;
+  ai.memoryTypeIndex = memory_type(Memory::kUpload);
+  if (auto s = Check(vkAllocateMemory(device_, &ai, nullptr, &stage_mem), "vkAllocateMemory (staging)"); !s.ok()) {
+    return fail(s);
+  }
+  if (auto s = Check(vkBindBufferMemory(device_, stage, stage_mem, 0), "vkBindBufferMemory (staging)"); !s.ok()) {
+    return fail(s);
+  }
+  if (auto s = Check(vkMapMemory(device_, stage_mem, 0, VK_WHOLE_SIZE, 0, &mapped), "vkMapMemory (staging)"); !s.ok()) {
+    return fail(s);
+  }
+  VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pi.queueFamilyIndex = queue_family_;
+  if (auto s = Check(vkCreateCommandPool(device_, &pi, nullptr, &pool), "vkCreateCommandPool (staging)"); !s.ok()) {
+    return fail(s);
+  }
+  VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  cai.commandPool = pool;
+  cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  cai.commandBufferCount = 1;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  if (auto s = Check(vkAllocateCommandBuffers(device_, &cai, &cb), "vkAllocateCommandBuffers (staging)"); !s.ok()) {
+    return fail(s);
+  }
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  if (auto s = Check(vkCreateFence(device_, &fi, nullptr, &fence), "vkCreateFence (staging)"); !s.ok()) return fail(s);
+  for (size_t done = 0; done < bytes; done += chunk) {
+    const size_t n = std::min(chunk, bytes - done);
+    std::memcpy(mapped, static_cast<const uint8_t*>(src) + done, n);
+    if (auto s = Check(vkResetCommandPool(device_, pool, 0), "vkResetCommandPool (staging)"); !s.ok()) return fail(s);
+    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    if (auto s = Check(vkBeginCommandBuffer(cb, &begin), "vkBeginCommandBuffer (staging)"); !s.ok()) return fail(s);
+    VkBufferCopy region{0, offset + done, n};
+    vkCmdCopyBuffer(cb, stage, dst, 1, &region);
+    // Later submissions' kernels read what the copy wrote.
+    VkMemoryBarrier after{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    after.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    after.dstAccessMask = VK_ACCESS_SHADER_READ_BIT;
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &after, 0,
+                         nullptr, 0, nullptr);
+    if (auto s = Check(vkEndCommandBuffer(cb), "vkEndCommandBuffer (staging)"); !s.ok()) return fail(s);
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cb;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      if (auto s = Check(vkQueueSubmit(queue_, 1, &si, fence), "vkQueueSubmit (staging)"); !s.ok()) return fail(s);
+    }
+    if (auto s = Check(vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX), "vkWaitForFences (staging)");
+        !s.ok()) {
+      return fail(s);
+    }
+    if (auto s = Check(vkResetFences(device_, 1, &fence), "vkResetFences (staging)"); !s.ok()) return fail(s);
+  }
+  cleanup();
+  staging_copies_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 absl::Status Device::Wait(VkSemaphore timeline, uint64_t value) {

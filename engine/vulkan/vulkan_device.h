@@ -50,6 +50,18 @@ class Device {
   struct Options {
     int index = 0;            // which physical device (ListDevices order)
     bool validation = false;  // enable the Khronos validation layer (also: DECODED_VULKAN_VALIDATION=1)
+    // Never map device-only buffers, so that weights go through the staging
+    // upload even where device memory is host-visible (lavapipe, integrated
+    // GPUs): how the discrete-GPU path is tested on any device (also:
+    // DECODED_VULKAN_UNMAPPED_DEVICE_MEMORY=1).
+    bool unmapped_device_memory = false;
+  };
+
+  // Where a buffer lives, by who touches its bytes (vulkan_buffer.h).
+  enum class Memory : int32_t {
+    kDeviceOnly = 0,  // only kernels: weights, KV caches, intermediates (a discrete GPU's VRAM)
+    kUpload = 1,      // the host writes, kernels read: per-step data, constants, control words
+    kReadback = 2,    // kernels write, the host reads: step outputs (host-cached where there is such memory)
   };
 
   // NOT_FOUND naming the devices there are for an index past them;
@@ -66,12 +78,20 @@ class Device {
   VkPhysicalDevice physical() const { return physical_; }
   uint32_t queue_family() const { return queue_family_; }
   const PhysicalDeviceInfo& info() const { return info_; }
-  // The memory type buffers come from: host-visible and coherent (every
-  // buffer is mapped), device-local too where the device has such a type.
-  uint32_t memory_type() const { return memory_type_; }
-  bool memory_is_device_local() const { return memory_device_local_; }
+  // The memory type of each kind: kDeviceOnly the device-local type of the
+  // largest heap; kUpload host-visible and coherent, device-local too where
+  // there is such a type (integrated GPUs, lavapipe, a discrete GPU's BAR);
+  // kReadback host-visible and coherent, host-cached where possible. On
+  // lavapipe all three are one type.
+  uint32_t memory_type(Memory kind) const { return types_[static_cast<int>(kind)]; }
+  // Whether buffers of `kind` are mapped for the host (never kDeviceOnly with
+  // Options::unmapped_device_memory, nor where its type is not host-visible).
+  bool mapped(Memory kind) const { return mapped_[static_cast<int>(kind)]; }
   uint64_t max_allocation_bytes() const { return max_allocation_bytes_; }
-  uint64_t heap_bytes() const { return heap_bytes_; }
+  // The device-only heap: what --kv_budget_mb and the weights share.
+  uint64_t heap_bytes() const { return heap_size_[heap_of(Memory::kDeviceOnly)]; }
+  uint32_t heap_of(Memory kind) const { return heap_index_[static_cast<int>(kind)]; }
+  uint64_t heap_size(uint32_t heap) const { return heap_size_[heap]; }
   // Invocations per subgroup (lavapipe: 8; NVIDIA: 32), a divisor of 64.
   uint32_t subgroup_size() const { return subgroup_size_; }
   // A CPU implementation (lavapipe): few large workgroups beat many small ones.
@@ -87,9 +107,21 @@ class Device {
   // The kernels' pipelines on this device.
   Pipelines& pipelines() { return *pipelines_; }
 
-  // Device memory held by live buffers (bytes).
-  int64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
-  void AddAllocatedBytes(int64_t delta) { allocated_bytes_.fetch_add(delta, std::memory_order_relaxed); }
+  // Device memory held by live buffers (bytes): all heaps, or one.
+  int64_t allocated_bytes() const {
+    int64_t total = 0;
+    for (const auto& h : allocated_) total += h.load(std::memory_order_relaxed);
+    return total;
+  }
+  int64_t allocated_bytes(uint32_t heap) const { return allocated_[heap].load(std::memory_order_relaxed); }
+  void AddAllocatedBytes(uint32_t heap, int64_t delta) { allocated_[heap].fetch_add(delta, std::memory_order_relaxed); }
+
+  // Copies host bytes into a buffer that is not mapped, through a staging
+  // buffer and a one-off submission on the queue (weights at load; never per
+  // token). Blocks until the copy is done.
+  absl::Status CopyToUnmapped(VkBuffer dst, size_t offset, const void* src, size_t bytes);
+  // Staging copies made (CopyToUnmapped calls that copied bytes).
+  int64_t staging_copies() const { return staging_copies_.load(std::memory_order_relaxed); }
 
   // Warnings and errors the validation layer reported (0 without validation).
   int64_t validation_messages() const { return validation_messages_.load(); }
@@ -116,14 +148,17 @@ class Device {
   int64_t lose_after_submissions_ = -1;  // fault injection (vulkan_device.cc)
   int64_t submissions_ ABSL_GUARDED_BY(queue_mu_) = 0;
   PhysicalDeviceInfo info_;
-  uint32_t memory_type_ = 0;
-  bool memory_device_local_ = false;
+  uint32_t types_[3] = {0, 0, 0};
+  bool mapped_[3] = {true, true, true};
+  uint32_t heap_index_[3] = {0, 0, 0};
+  uint64_t heap_size_[VK_MAX_MEMORY_HEAPS] = {};
   uint64_t max_allocation_bytes_ = 0;
-  uint64_t heap_bytes_ = 0;
+  absl::Mutex staging_mu_;  // one staging copy at a time
+  std::atomic<int64_t> staging_copies_{0};
   uint32_t subgroup_size_ = 0;
   std::unique_ptr<Pipelines> pipelines_;
   std::atomic<bool> lost_{false};
-  std::atomic<int64_t> allocated_bytes_{0};
+  std::atomic<int64_t> allocated_[VK_MAX_MEMORY_HEAPS] = {};
   std::atomic<int64_t> validation_messages_{0};
 };
 

@@ -142,7 +142,7 @@ class Plan final : public CompiledPlan {
       const_offset[i] = const_bytes;
       const_bytes += (nodes[i].const_bytes.size() + 63) / 64 * 64;
     }
-    auto consts = Buffer::Create(device_, const_bytes);
+    auto consts = Buffer::Create(device_, const_bytes, Device::Memory::kUpload);
     if (!consts.ok()) return consts.status();
     consts_ = *std::move(consts);
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -151,9 +151,19 @@ class Plan final : public CompiledPlan {
                     nodes[i].const_bytes.size());
       }
     }
-    auto arena = Buffer::Create(device_, plan_.arena_bytes);
+    // Intermediates stay on the device; the outputs (logits) are copied into
+    // a host-read buffer at the end of each run.
+    auto arena = Buffer::Create(device_, plan_.arena_bytes, Device::Memory::kDeviceOnly);
     if (!arena.ok()) return arena.status();
     arena_ = *std::move(arena);
+    size_t readback_bytes = 0;
+    for (NodeId id : graph_.outputs()) {
+      readback_offset_.push_back(readback_bytes);
+      readback_bytes += (graph_.node(id).bytes() + 63) / 64 * 64;
+    }
+    auto readback = Buffer::Create(device_, readback_bytes, Device::Memory::kReadback);
+    if (!readback.ok()) return readback.status();
+    readback_ = *std::move(readback);
 
     // Control words: [0] the KV fault flag, then from 16 the symbol path's
     // write offsets (one per token row).
@@ -165,7 +175,8 @@ class Plan final : public CompiledPlan {
       }
     }
     sym_rows_ = sym_rows;
-    auto control = Buffer::Create(device_, (kSymWord + static_cast<size_t>(sym_rows)) * sizeof(int32_t));
+    auto control = Buffer::Create(device_, (kSymWord + static_cast<size_t>(sym_rows)) * sizeof(int32_t),
+                                  Device::Memory::kUpload);
     if (!control.ok()) return control.status();
     control_ = *std::move(control);
     size_t moe_bytes = 0;
@@ -174,7 +185,7 @@ class Plan final : public CompiledPlan {
       if (n.op == Op::kMoeFfn) moe_bytes = std::max(moe_bytes, MoeWorkspace(graph_, n).total);
     }
     if (moe_bytes > 0) {
-      auto ws = Buffer::Create(device_, moe_bytes);
+      auto ws = Buffer::Create(device_, moe_bytes, Device::Memory::kDeviceOnly);
       if (!ws.ok()) return ws.status();
       moe_workspace_ = *std::move(ws);
     }
@@ -258,8 +269,8 @@ class Plan final : public CompiledPlan {
   absl::Span<const float> output(size_t i) const override {
     const NodeId id = graph_.outputs()[i];
     const Node& n = graph_.node(id);
-    const auto* p = reinterpret_cast<const float*>(static_cast<const uint8_t*>(arena_->data()) +
-                                                   plan_.arena_offset[static_cast<size_t>(id)]);
+    const auto* p = reinterpret_cast<const float*>(static_cast<const uint8_t*>(readback_->data()) +
+                                                   readback_offset_[i]);
     return absl::MakeConstSpan(p, static_cast<size_t>(n.rows * n.cols));
   }
   const Graph& graph() const override { return graph_; }
@@ -506,12 +517,24 @@ class Plan final : public CompiledPlan {
                              &between, 0, nullptr, 0, nullptr);
       }
     }
-    // The host reads the outputs (and the fault word) after the wait.
-    VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    to_host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-    to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0,
+    // The outputs into the host-read buffer, then the host reads them (and
+    // the fault word) after the wait.
+    VkMemoryBarrier to_copy{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    to_copy.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    to_copy.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+    vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &to_copy, 0,
                          nullptr, 0, nullptr);
+    for (size_t i = 0; i < graph_.outputs().size(); ++i) {
+      const NodeId id = graph_.outputs()[i];
+      VkBufferCopy region{static_cast<VkDeviceSize>(plan_.arena_offset[static_cast<size_t>(id)]), readback_offset_[i],
+                          graph_.node(id).bytes()};
+      vkCmdCopyBuffer(cb_, arena_->buffer(), readback_->buffer(), 1, &region);
+    }
+    VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    to_host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
     if (auto s = device_->Check(vkEndCommandBuffer(cb_), "vkEndCommandBuffer"); !s.ok()) return s;
     recorded_ = true;
     g_recordings.fetch_add(1, std::memory_order_relaxed);
@@ -525,6 +548,8 @@ class Plan final : public CompiledPlan {
   PlanOptions options_;
   std::unique_ptr<Buffer> consts_, arena_, control_;
   std::unique_ptr<Buffer> moe_workspace_;  // MoE intermediates (MoeWorkspace), when the graph has MoE nodes
+  std::unique_ptr<Buffer> readback_;       // the outputs, copied from the arena at the end of each run
+  std::vector<size_t> readback_offset_;    // per graph output
   int64_t sym_rows_ = 0;
   std::vector<Dispatch> dispatches_;
   VkCommandPool pool_ = VK_NULL_HANDLE;

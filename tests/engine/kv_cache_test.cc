@@ -20,7 +20,7 @@ class FailingBackend final : public Backend {
  public:
   explicit FailingBackend(int budget) : budget_(budget) {}
   std::string_view name() const override { return "failing"; }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes, BufferAccess) override {
     ++calls;
     if (budget_-- <= 0) return absl::ResourceExhaustedError("refused");
     return CpuBackend().Allocate(bytes);

@@ -71,7 +71,7 @@ class RefusingBackend final : public Backend {
     return absl::ResourceExhaustedError("weight token_embd.weight: out of device memory");
   }
   int64_t allocated_bytes() const override { return CpuBackend().allocated_bytes(); }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override { return CpuBackend().Allocate(bytes); }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes, BufferAccess) override { return CpuBackend().Allocate(bytes); }
   void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset) override {
     CpuBackend().Upload(dst, src, bytes, offset);
   }

@@ -267,5 +267,42 @@ std::string FixtureName(const ::testing::TestParamInfo<FixtureCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, VulkanFixtureTest, ::testing::ValuesIn(kFixtures), FixtureName);
 
+// A discrete GPU's memory path on any device: weights staged into device-only
+// buffers the host never maps, KV caches and intermediates likewise, logits
+// copied into a host-read buffer. The same kernels on the same device: the
+// mapped path's bytes, token for token.
+TEST(VulkanUnmappedMemoryTest, StagedWeightsAndUnmappedBuffersGiveTheMappedPathsBytes) {
+  DECODED_VULKAN_DEVICE_OR_SKIP(device);
+  auto unmapped = vulkan::Device::Open(
+      {.index = 0, .validation = device->validation_enabled(), .unmapped_device_memory = true});
+  ASSERT_TRUE(unmapped.ok()) << unmapped.status();
+  for (const char* file : {"gemma3_tiny_swa.gguf", "deepseek3_tiny.gguf"}) {
+    std::vector<std::vector<float>> logits[2];
+    for (int u = 0; u < 2; ++u) {
+      Loaded l = Load(file, vulkan::CreateBackend(u == 0 ? device : *unmapped));
+      ASSERT_NE(l.model, nullptr) << file;
+      auto ex = l.backend->CreateExecutor(1);
+      ASSERT_TRUE(ex.ok()) << ex.status();
+      auto kv = NewKv(*l.model, 64);
+      ASSERT_NE(kv, nullptr);
+      EXPECT_EQ(kv->k(0) == nullptr, u == 1) << file << ": the KV cache is mapped only on the mapped path";
+      auto first = forward_with_kv_context(*l.model, *kv, kPrompt, false, **ex);
+      ASSERT_TRUE(first.ok()) << first.status();
+      logits[u].push_back(*first);
+      DecodeSession session;
+      for (int s = 0; s < kSteps; ++s) {
+        auto r = forward_with_kv_context_persistent(*l.model, *kv, session, Argmax(logits[u].back()), **ex);
+        ASSERT_TRUE(r.ok()) << r.status();
+        logits[u].emplace_back(r->begin(), r->end());
+      }
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    for (size_t i = 0; i < logits[0].size(); ++i) EXPECT_TRUE(SameBytes(logits[0][i], logits[1][i])) << file << " step " << i;
+  }
+  EXPECT_GT((*unmapped)->staging_copies(), 0) << "no weight went through the staging copy";
+  EXPECT_EQ(device->staging_copies(), 0) << "the mapped path staged a copy";
+  EXPECT_EQ((*unmapped)->validation_messages(), 0);
+}
+
 }  // namespace
 }  // namespace decoded
