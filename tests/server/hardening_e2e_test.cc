@@ -166,6 +166,7 @@ TEST(HardeningTest, AClientThatStopsReadingLosesItsSessionAfterTheTimeout) {
   auto server = Serve(SmallEngine(/*max_sessions=*/1), so);
   ASSERT_NE(server, nullptr);
   auto stub = v1::Decoder::NewStub(e2e::ChannelTo(*server));
+  int idle = 0;
   for (bool acknowledged : {true, false}) {
     SCOPED_TRACE(acknowledged ? "acknowledged events" : "transport flow control");
     OpenStreamClient silent(*stub);
@@ -179,9 +180,13 @@ TEST(HardeningTest, AClientThatStopsReadingLosesItsSessionAfterTheTimeout) {
     // window fills first: a minute for the sanitizer build).
     EXPECT_EQ(MetricSettles(*server, "decoded_sessions_active", 0, absl::Seconds(90)), 0);
     EXPECT_TRUE(e2e::Solo(*stub, TextTurn("Hello", 2)).ended);
+    // Counted as idle before this client goes: a cancel that reached the
+    // server before gRPC was done with the call would count it client_gone
+    // (seen once on a loaded -j2 run).
+    ++idle;
+    EXPECT_EQ(MetricSettles(*server, "decoded_sessions_total{outcome=\"idle\"}", idle), idle);
     silent.ctx.TryCancel();
   }
-  EXPECT_EQ(MetricSettles(*server, "decoded_sessions_total{outcome=\"idle\"}", 2), 2);
 }
 
 // Only turns are work: a client sending cancels (or acks) and nothing else
