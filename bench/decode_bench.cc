@@ -105,18 +105,8 @@ int Run() {
   }
   const DecodeModel& m = **model;
   // Device copies of the weights now, not inside the first measured prefill.
-  {
-    DecodeTokenHost host;
-    const int32_t t = 0;
-    if (absl::Status st = compute_decode_token_host(m.mask_plan(), m.rope_plan(), absl::MakeConstSpan(&t, 1), 0, &host);
-        !st.ok()) {
-      return Fail("token host", st);
-    }
-    host.kv_rows.assign(static_cast<size_t>(KvRowStride(m.dims().n_layers)), 0);
-    if (absl::Status st = (*backend)->PrepareWeights(build_decode_graph(m, host, DataMode::kRebindable, false));
-        !st.ok()) {
-      return Fail("weights", st);
-    }
+  if (absl::Status st = (*backend)->PrepareWeights(build_one_token_decode_graph(m)); !st.ok()) {
+    return Fail("weights", st);
   }
   const int threads = absl::GetFlag(FLAGS_threads);
   auto executor = (*backend)->CreateExecutor(threads);

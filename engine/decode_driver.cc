@@ -124,6 +124,16 @@ DecodeTokenNodes PersistentDecodeModel::build_decode_token_data(Graph& g, const 
 
 // ---- graph build ----
 
+Graph build_one_token_decode_graph(const DecodeModel& model) {
+  DecodeTokenHost host;
+  const int32_t token = 0;
+  // Cannot fail: one token at position 0.
+  compute_decode_token_host(model.mask_plan(), model.rope_plan(), absl::MakeConstSpan(&token, 1), /*pos0=*/0, &host)
+      .IgnoreError();
+  host.kv_rows.assign(static_cast<size_t>(KvRowStride(model.dims().n_layers)), 0);
+  return build_decode_graph(model, host, DataMode::kRebindable, /*all_logits=*/false);
+}
+
 Graph build_decode_graph(const DecodeModel& model, const DecodeTokenHost& host, DataMode mode, bool all_logits) {
   counters::AddGraphBuild();
   Graph g;

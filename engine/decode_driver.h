@@ -46,6 +46,10 @@ namespace decoded {
 // the last row [1, vocab], or of every row [seq, vocab] if all_logits.
 Graph build_decode_graph(const DecodeModel& model, const DecodeTokenHost& host, DataMode mode, bool all_logits);
 
+// The one-token decode graph (kRebindable) with no cache bound: what a
+// backend is checked against and prepares its weights from at load.
+Graph build_one_token_decode_graph(const DecodeModel& model);
+
 // D1. Appends `tokens` to `kv` and returns their logits (last row, or all rows).
 absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& model, KvCache& kv,
                                                            absl::Span<const int32_t> tokens, bool all_logits,

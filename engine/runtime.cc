@@ -12,7 +12,6 @@
 #include "engine/engine_counters.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/kv_cache.h"
-#include "engine/kv_rows.h"
 #include "engine/model_registry.h"
 #include "engine/weights.h"
 
@@ -185,15 +184,7 @@ std::string DominantWeightType(const GgufFile& file) {
 // graph has every op and weight type a step uses (a prefill chunk differs
 // only in its row count), and the backend copies the weights it reads.
 absl::Status PrepareBackend(const DecodeModel& family, Backend& backend) {
-  DecodeTokenHost host;
-  const int32_t token = 0;
-  if (absl::Status s = compute_decode_token_host(family.mask_plan(), family.rope_plan(), absl::MakeConstSpan(&token, 1),
-                                                 /*pos0=*/0, &host);
-      !s.ok()) {
-    return s;
-  }
-  host.kv_rows.assign(static_cast<size_t>(KvRowStride(family.dims().n_layers)), 0);
-  const Graph graph = build_decode_graph(family, host, DataMode::kRebindable, /*all_logits=*/false);
+  const Graph graph = build_one_token_decode_graph(family);
   if (absl::Status s = backend.CheckSupported(graph); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("model family ", family.family(), " cannot run on ",
                                                       std::string(backend.name()), " (", backend.device_name(), "): ",

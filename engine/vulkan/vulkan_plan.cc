@@ -280,6 +280,11 @@ class Plan final : public CompiledPlan {
   static constexpr size_t kFaultWord = 0;
   static constexpr size_t kSymWord = 16;
 
+  // Weight rows per 64-invocation workgroup of the mat-vec kernels: one per
+  // subgroup on a GPU; on a CPU device 8 per subgroup, since each workgroup
+  // there costs tens of microseconds.
+  uint32_t MatVecRowsPerGroup() const { return 64 / device_->subgroup_size() * (device_->is_cpu() ? 8 : 1); }
+
   uint64_t ControlAddress(size_t word) const { return control_->device_address() + word * sizeof(int32_t); }
 
   absl::Status Lower(const Node& n, const std::vector<uint64_t>& addr, const PlanResources& res) {
@@ -323,9 +328,7 @@ class Plan final : public CompiledPlan {
           return absl::InvalidArgumentError(absl::StrCat(n.name, ": ", groups, " groups do not split weight [", w.rows,
                                                          ", ", w.cols, "] and input of ", x.cols, " columns"));
         }
-        // One weight row per subgroup on a GPU; on a CPU device 8 per
-        // subgroup, since each workgroup there costs tens of microseconds.
-        const uint32_t rows_per_group = 64 / device_->subgroup_size() * (device_->is_cpu() ? 8 : 1);
+        const uint32_t rows_per_group = MatVecRowsPerGroup();
         dispatches_.push_back(MakeDispatch(
             *MatMulKernel(w.dtype), static_cast<uint32_t>((w.rows + rows_per_group - 1) / rows_per_group),
             MatMulParams{src(0), src(1), out, static_cast<uint32_t>(w.weight->row_bytes),
@@ -446,7 +449,7 @@ class Plan final : public CompiledPlan {
                         r.group_score == MoeGroupScore::kTop2Sum ? 1u : 0u, r.has_bias ? 1u : 0u, 0u, hidden,
                         r.scale};
         dispatches_.push_back(MakeDispatch(Kernel::kMoe, GroupsFor(rows, 64), route));
-        const uint32_t rows_per_group = 64 / device_->subgroup_size() * (device_->is_cpu() ? 8 : 1);
+        const uint32_t rows_per_group = MatVecRowsPerGroup();
         auto experts = [&](const Node& w, uint64_t x, uint64_t dst, uint32_t x_stride, uint32_t x_div) {
           const WeightTensor& wt = *w.weight;
           dispatches_.push_back(MakeDispatch(
