@@ -380,6 +380,10 @@ int main(int argc, char** argv) {
     std::cerr << "decoded-cli: unknown flag --" << *unknown << " (decoded-cli --help lists them)\n";
     return kBadInput;
   }
+  if (std::optional<std::string> bad = decoded::FirstBadFlagValue(argc, argv)) {
+    std::cerr << "decoded-cli: " << *bad << "\n";
+    return kBadInput;
+  }
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::cerr << "decoded-cli: unexpected argument '" << rest[1] << "' (the prompt is given with --prompt)\n";

@@ -52,10 +52,17 @@ absl::StatusOr<std::shared_ptr<Backend>> OpenBackend(std::string_view device, co
   }
   int index = 0;
   if (!rest.empty()) {
-    if (!absl::ConsumePrefix(&rest, ":") || !absl::SimpleAtoi(rest, &index) || index < 0 ||
-        rest.find_first_not_of("0123456789") != absl::string_view::npos) {
+    // One spelling per device: decimal digits, no sign, no leading zero (so
+    // "vulkan:01" is not a second name for vulkan:1).
+    const bool canonical = absl::ConsumePrefix(&rest, ":") && !rest.empty() &&
+                           rest.find_first_not_of("0123456789") == absl::string_view::npos &&
+                           (rest.size() == 1 || rest[0] != '0');
+    if (!canonical) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown device '", spec, "': expected one of ", DeviceSpellings()));
+    }
+    if (!absl::SimpleAtoi(rest, &index)) {
+      return absl::NotFoundError(absl::StrCat("no Vulkan device ", std::string(rest), " (indices are below 2^31)"));
     }
   }
 #if DECODED_HAVE_VULKAN

@@ -161,7 +161,7 @@ grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerConte
         resp->set_device(info.device);
         resp->set_backend(info.backend);
         const serving::EngineStats stats = e.Stats();
-        resp->set_device_memory_bytes(stats.device_memory_capacity_bytes);
+        resp->set_device_memory_capacity_bytes(stats.device_memory_capacity_bytes);
         resp->set_device_memory_used_bytes(stats.device_memory_bytes);
         resp->set_cpu_isa(info.cpu_isa);
         resp->set_session_context_length(info.session_context_length);

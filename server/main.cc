@@ -252,6 +252,7 @@ int main(int argc, char** argv) {
   if (std::optional<std::string> unknown = decoded::FirstUnknownFlag(argc, argv)) {
     return bad_flags(absl::StrCat("unknown flag --", *unknown, " (decoded --help lists them)"));
   }
+  if (std::optional<std::string> bad = decoded::FirstBadFlagValue(argc, argv)) return bad_flags(*bad);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     return bad_flags(absl::StrCat("unexpected argument '", rest[1], "' (the model is given with --model)"));
@@ -430,8 +431,7 @@ int main(int argc, char** argv) {
   if ((*server)->metrics_port() > 0) std::cerr << ", metrics on port " << (*server)->metrics_port();
   std::cerr << ", loading " << absl::GetFlag(FLAGS_model) << "\n";
 
-  decoded::server::ServerMetrics* metrics = &(*server)->metrics();
-  engine_options.on_step = [metrics](const decoded::serving::StepInfo& step) { metrics->Step(step); };
+  (*server)->ObserveEngine(engine_options);
   // The file as it is when the load begins: what a later change is measured against.
   const struct stat loaded = decoded::server::StatModelFile(engine_options.model_path);
   auto engine = decoded::serving::Engine::Create(engine_options);

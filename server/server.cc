@@ -197,6 +197,24 @@ void DecodedServer::UpdateHealth() {
   metrics_->SetServing(serving);
 }
 
+void DecodedServer::ObserveEngine(serving::EngineOptions& options) {
+  ServerMetrics* metrics = metrics_.get();
+  options.on_step = [metrics](const serving::StepInfo& step) { metrics->Step(step); };
+  options.on_device_lost = [this](const absl::Status& why) { DeviceLost(why); };
+}
+
+void DecodedServer::DeviceLost(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (device_lost_) return;
+    device_lost_ = true;
+  }
+  // Nothing runs on a lost device again: running turns end UNAVAILABLE, new
+  // sessions are refused, and a supervisor restarts us.
+  std::cerr << "decoded: " << why.message() << "; health reports NOT_SERVING\n";
+  UpdateHealth();
+}
+
 void DecodedServer::Watchdog() {
   auto chrono = [](absl::Duration d) {
     return d == absl::InfiniteDuration() ? std::chrono::nanoseconds::max() : absl::ToChronoNanoseconds(d);
@@ -209,21 +227,8 @@ void DecodedServer::Watchdog() {
     if (resets_ != nullptr) resets_->Prune();
     if (engine_ == nullptr || drained_.load()) continue;
     const serving::EngineStats stats = engine_->Stats();
-    if (stats.device_lost) {
-      bool first = false;
-      {
-        absl::MutexLock lock(&health_mu_);
-        first = !device_lost_;
-        device_lost_ = true;
-      }
-      if (first) {
-        // Nothing runs on a lost device again: running turns ended with
-        // UNAVAILABLE, new sessions are refused, and a supervisor restarts us.
-        std::cerr << "decoded: the device " << engine_->ModelInfo().device
-                  << " was lost; health reports NOT_SERVING\n";
-        UpdateHealth();
-      }
-    }
+    // A backstop: the engine reports a loss from the failing step itself.
+    if (stats.device_lost) DeviceLost(absl::UnavailableError("the device was lost"));
     const double age = stats.longest_running_step_seconds;
     const bool now_stuck = age > absl::ToDoubleSeconds(options_.stuck_step_threshold);
     {

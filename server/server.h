@@ -139,6 +139,15 @@ class DecodedServer {
   // See the file comment; returns once every RPC is done. Idempotent.
   void Drain(absl::Duration period);
 
+  // Points `options`' step and device-loss callbacks at this server (its
+  // metrics and health), for the engine AttachEngine will be given.
+  void ObserveEngine(serving::EngineOptions& options);
+
+  // The serving device was lost (EngineOptions::on_device_lost, or the
+  // watchdog finding EngineStats::device_lost): health NOT_SERVING for good,
+  // logged once. Thread-safe; any thread, before or after AttachEngine.
+  void DeviceLost(const absl::Status& why) ABSL_LOCKS_EXCLUDED(health_mu_);
+
  private:
   DecodedServer() = default;
   // Health from what is known now: serving once an engine is attached,

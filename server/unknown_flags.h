@@ -1,6 +1,7 @@
-// The first command-line flag no program flag is defined for, so that a
-// program can refuse it with its own exit status (Abseil's parser exits 1,
-// where decoded and decoded-cli say 2 for bad input).
+// The first command-line flag no program flag is defined for, and the first
+// flag value its type cannot hold, so that a program can refuse them with its
+// own exit status (Abseil's parser exits 1, where decoded and decoded-cli say
+// 2 for bad input).
 //
 // Header-only: decoded and decoded-cli both use it.
 #ifndef DECODED_SERVER_UNKNOWN_FLAGS_H_
@@ -12,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_split.h"
 
@@ -56,6 +58,36 @@ inline std::optional<std::string> FirstUnknownFlag(int argc, char** argv) {
       if (flag != nullptr && flag->IsOfType<bool>()) continue;
     }
     return name;
+  }
+  return std::nullopt;
+}
+
+// "--name=value", or "--name value" for a flag that is not a bool, whose
+// value the flag's type cannot hold ("--port=x", an int64 past 2^63):
+// "--name: <Abseil's reason>". Run after FirstUnknownFlag. Values are parsed
+// into the flags as ParseCommandLine would (it parses them again).
+inline std::optional<std::string> FirstBadFlagValue(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    const size_t eq = arg.find('=');
+    const std::string name(arg.substr(0, eq));
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;  // a usage flag, --noname, or one --undefok names
+    std::string value;
+    if (eq != std::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return "--" + name + ": missing a value";
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) return "--" + name + ": " + error;
   }
   return std::nullopt;
 }

@@ -50,6 +50,7 @@ class RealServingModel final : public ServingModel {
   absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override {
     return model_->NewBatchDecoder(max_batch);
   }
+  absl::Status health() const override { return model_->backend().health(); }
   const Model& model() const { return *model_; }
 
  private:
@@ -188,6 +189,7 @@ class EngineImpl final : public Engine {
     };
     so.max_batch = options.max_batch;
     so.on_step = options.on_step;
+    so.on_device_lost = options.on_device_lost;
     scheduler_ = std::make_unique<Scheduler>(model_.get(), std::move(so));
   }
 

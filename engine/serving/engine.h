@@ -205,6 +205,11 @@ struct EngineOptions {
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(const StepInfo&)> on_step;
+  // Called once, on the worker whose step found the backend lost (its
+  // health() not OK after a failed step), before that step's turns end: so a
+  // client that sees its turn fail UNAVAILABLE already finds health
+  // NOT_SERVING. Must not call into the Engine. May be empty.
+  std::function<void(const absl::Status&)> on_device_lost;
   RequestLimits limits;
 };
 

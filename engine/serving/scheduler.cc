@@ -494,12 +494,26 @@ void Scheduler::WorkerLoop() {
       }
       holds_plans = decoder->bound_nodes() > 0;
     }
+    ReportDeviceLoss(outs);
     for (size_t i = 0; i < picked.size(); ++i) FinishStep(picked[i], std::move(outs[i]));
     {
       absl::MutexLock lock(&mu_);
       busy_ -= 1;
     }
   }
+}
+
+void Scheduler::ReportDeviceLoss(const std::vector<StepOutput>& outs) {
+  if (!options_.on_device_lost) return;
+  const bool failed = std::any_of(outs.begin(), outs.end(), [](const StepOutput& o) {
+    return o.end.has_value() && o.end->reason == FinishReason::kError;
+  });
+  if (!failed) return;
+  // Only a failed step can be the one that lost the device, so health is
+  // asked only then (it is cheap, but a step is the hot path).
+  absl::Status health = model_->health();
+  if (health.ok() || device_loss_reported_.exchange(true)) return;
+  options_.on_device_lost(health);
 }
 
 void Scheduler::FinishStep(const Picked& p, StepOutput out) {

@@ -42,6 +42,7 @@
 #define DECODED_ENGINE_SERVING_SCHEDULER_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -82,6 +83,7 @@ struct SchedulerOptions {
   std::function<std::unique_ptr<Executor>()> make_executor;
   int max_batch = 1;  // decode sessions stepped together (see EngineOptions)
   std::function<void(const StepInfo&)> on_step;  // may be empty
+  std::function<void(const absl::Status&)> on_device_lost;  // see EngineOptions; may be empty
 };
 
 class Scheduler {
@@ -136,6 +138,8 @@ class Scheduler {
   void PickLocked(std::vector<Picked>& picked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a step: credits, turn end, events, re-queue or release.
   void FinishStep(const Picked& p, StepOutput out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls on_device_lost once when a failed step left the backend unhealthy.
+  void ReportDeviceLoss(const std::vector<StepOutput>& outs);
   // A chat turn's whole conversation tokenized before the lock was taken,
   // valid while the session's version is unchanged.
   struct RenderedConversation {
@@ -163,6 +167,7 @@ class Scheduler {
 
   const ServingModel* model_;
   const SchedulerOptions options_;
+  std::atomic<bool> device_loss_reported_{false};
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<SessionId, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);

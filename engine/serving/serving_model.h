@@ -14,6 +14,7 @@
 
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/runtime.h"
@@ -52,6 +53,9 @@ class ServingModel {
   // scripted fake's contexts support. INVALID_ARGUMENT unless
   // 1 <= max_batch <= kMaxBatch.
   virtual absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const;
+  // The health of the device the model runs on (Backend::health: UNAVAILABLE
+  // once a GPU was lost, for good). OK for a model without a device.
+  virtual absl::Status health() const { return absl::OkStatus(); }
 };
 
 }  // namespace decoded::serving

@@ -145,6 +145,12 @@ TEST(CliTest, UnknownFlagsAndAModeWithoutItsInputAreBadInput) {
   CliRun run = RunCli({kNoServer, "--prompt", "hi", "--no_such_flag=1"});
   EXPECT_EQ(run.exit_status, 2);
   EXPECT_NE(run.err.find("unknown flag --no_such_flag"), std::string::npos) << run.err;
+  run = RunCli({kNoServer, "--prompt", "hi", "--max_new_tokens", "99999999999"});
+  EXPECT_EQ(run.exit_status, 2) << "Abseil's parser would exit 1";
+  EXPECT_NE(run.err.find("--max_new_tokens: "), std::string::npos) << run.err;
+  run = RunCli({kNoServer, "--prompt", "hi", "--top_k=x"});
+  EXPECT_EQ(run.exit_status, 2);
+  EXPECT_NE(run.err.find("--top_k: "), std::string::npos) << run.err;
   run = RunCli({kNoServer, "--tokenize"});
   EXPECT_EQ(run.exit_status, 2);
   EXPECT_NE(run.err.find("--tokenize needs --prompt"), std::string::npos) << run.err;

@@ -188,8 +188,7 @@ inline absl::StatusOr<std::unique_ptr<DecodedServer>> StartServer(serving::Engin
   if (so.metrics_listen.empty()) so.metrics_listen = "127.0.0.1:0";
   absl::StatusOr<std::unique_ptr<DecodedServer>> server = DecodedServer::Start(so);
   if (!server.ok()) return server.status();
-  ServerMetrics* metrics = &(*server)->metrics();
-  engine_options.on_step = [metrics](const decoded::serving::StepInfo& step) { metrics->Step(step); };
+  (*server)->ObserveEngine(engine_options);
   absl::StatusOr<std::unique_ptr<serving::Engine>> engine = serving::Engine::Create(engine_options);
   if (!engine.ok()) return engine.status();
   (*server)->AttachEngine(*std::move(engine));

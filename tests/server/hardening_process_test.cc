@@ -412,10 +412,16 @@ TEST(HardeningProcessTest, FlagsThatCannotHoldAreRefusedAtStartWithExit2) {
                                              {"--max_batch=65"},
                                              {"--no_such_flag=1"},
                                              {"--tls_cert=/etc/passwd"},
-                                             {"--tls_cert=/etc/passwd", "--tls_key=/etc/passwd"}}) {
+                                             {"--tls_cert=/etc/passwd", "--tls_key=/etc/passwd"},
+                                             // Values their type cannot hold (Abseil's parser exits 1).
+                                             {"--kv_budget_mb=99999999999999999999"},
+                                             {"--workers", "two"},
+                                             {"--device=vulkan:01"}}) {
     SCOPED_TRACE(flags.front());
     Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), flags));
     EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 2) << daemon.Log();
+    const std::string name = flags.front().substr(2, flags.front().find('=') - 2);
+    EXPECT_TRUE(absl::StrContains(daemon.Log(), name)) << "the refusal names " << name << ": " << daemon.Log();
   }
 }
 

@@ -4,6 +4,7 @@
 // be (t + 1) % kVocab, so expected tokens follow from arithmetic, not from
 // running the scheduler.
 #include <atomic>
+#include <functional>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -47,6 +48,8 @@ struct FakeWorld {
   absl::Duration step_sleep = absl::ZeroDuration();
   // When >= 0: the logits row of the token at this context position is NaN.
   std::atomic<int> nan_at_position{-1};
+  // FakeModel::health() is UNAVAILABLE once set (a lost GPU).
+  std::atomic<bool> device_lost{false};
 
   void Pause() {
     absl::MutexLock l(&mu);
@@ -232,6 +235,9 @@ class FakeModel final : public ServingModel {
   absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override {
     return std::unique_ptr<BatchDecoder>(new FakeBatchDecoder(world_, max_batch));
   }
+  absl::Status health() const override {
+    return world_->device_lost ? absl::UnavailableError("fake device was lost") : absl::OkStatus();
+  }
   int conversations_encoded() const {
     absl::MutexLock l(&mu_);
     return conversations_encoded_;
@@ -332,8 +338,10 @@ class SchedulerTest : public ::testing::Test {
  protected:
   std::unique_ptr<Scheduler> MakeScheduler(int workers, int max_sessions = 8, int max_queued = 8,
                                            int32_t context_length = 64, int max_unconsumed_events = 1 << 20,
-                                           int max_batch = 1) {
+                                           int max_batch = 1,
+                                           std::function<void(const absl::Status&)> on_device_lost = nullptr) {
     SchedulerOptions o;
+    o.on_device_lost = std::move(on_device_lost);
     o.workers = workers;
     o.max_batch = max_batch;
     o.max_sessions = max_sessions;
@@ -1138,6 +1146,39 @@ TEST_F(SchedulerTest, NonFiniteLogitsEndTheTurnWithAnError) {
   EXPECT_EQ(prefill_sink.end().reason, FinishReason::kError);
   EXPECT_TRUE(prefill_sink.ids().empty());
   EXPECT_EQ(sched->Stats().nonfinite_logits_turns, 2);
+}
+
+// A step that fails while the model's device reports itself lost calls
+// on_device_lost once, before that turn's end reaches its sink (so health can
+// be NOT_SERVING by the time a client sees the error); a failing step on a
+// healthy device does not, and neither does a second failure after the loss.
+TEST_F(SchedulerTest, AFailedStepOnALostDeviceReportsTheLossOnceBeforeTheTurnEnds) {
+  std::atomic<int> reports{0};
+  RecordingSink healthy_sink, sink, later_sink;
+  auto sched = MakeScheduler(1, 8, 8, 64, 1 << 20, 1, [&](const absl::Status& why) {
+    EXPECT_EQ(why.code(), absl::StatusCode::kUnavailable) << why;
+    EXPECT_FALSE(sink.WaitEnd(absl::ZeroDuration())) << "reported after the failed turn ended";
+    reports.fetch_add(1);
+  });
+  world_.nan_at_position = 1;  // every turn's prefill row fails
+  SessionId a = *sched->Open();
+  ASSERT_TRUE(sched->Submit(a, Turn({0, 1}, 4), &healthy_sink).ok());
+  ASSERT_TRUE(healthy_sink.WaitEnd());
+  EXPECT_EQ(healthy_sink.end().reason, FinishReason::kError);
+  EXPECT_EQ(reports.load(), 0) << "a failed step on a healthy device is not a lost device";
+
+  world_.nan_at_position = 3;  // prompt 0 1, decode 2, decode 3 -> fails
+  world_.device_lost = true;
+  SessionId b = *sched->Open();
+  ASSERT_TRUE(sched->Submit(b, Turn({0, 1}, 10), &sink).ok());
+  ASSERT_TRUE(sink.WaitEnd());
+  EXPECT_EQ(sink.end().reason, FinishReason::kError);
+  EXPECT_EQ(reports.load(), 1);
+
+  SessionId c = *sched->Open();
+  ASSERT_TRUE(sched->Submit(c, Turn({0, 1}, 10), &later_sink).ok());
+  ASSERT_TRUE(later_sink.WaitEnd());
+  EXPECT_EQ(reports.load(), 1) << "reported twice";
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ TEST(DeviceSpecTest, CpuIsTheProcessWideCpuBackend) {
 }
 
 TEST(DeviceSpecTest, OtherSpellingsAreInvalidAndListWhatIsAccepted) {
-  for (const char* spec : {"cuda", "gpu", "Vulkan", "vulkan:", "vulkan:x", "vulkan:-1", "vulkan:1x", "vulkan0", ""}) {
+  for (const char* spec : {"cuda", "gpu", "Vulkan", "vulkan:", "vulkan:x", "vulkan:-1", "vulkan:1x", "vulkan0", "",
+                           "vulkan:01", "vulkan:00", "vulkan:+1", " vulkan", "vulkan:0 "}) {
     absl::StatusOr<std::shared_ptr<Backend>> b = OpenBackend(spec);
     ASSERT_FALSE(b.ok()) << spec;
     EXPECT_TRUE(absl::IsInvalidArgument(b.status())) << spec << ": " << b.status();
@@ -33,6 +34,13 @@ TEST(DeviceSpecTest, AVulkanDevicePastTheMachinesIsNotFoundNamingThoseThereAre) 
   ASSERT_FALSE(b.ok());
   EXPECT_TRUE(absl::IsNotFound(b.status())) << b.status();
   EXPECT_NE(b.status().message().find("vulkan:0 " + first->device_name()), std::string::npos) << b.status();
+}
+
+TEST(DeviceSpecTest, AnIndexPastIntIsNotFoundAsItIsSpelled) {
+  absl::StatusOr<std::shared_ptr<Backend>> b = OpenBackend("vulkan:99999999999");
+  ASSERT_FALSE(b.ok());
+  EXPECT_TRUE(absl::IsNotFound(b.status())) << b.status();
+  EXPECT_NE(b.status().message().find("no Vulkan device 99999999999"), std::string::npos) << b.status();
 }
 
 TEST(DeviceSpecTest, BackendsOnOneDeviceAreDistinctButShareIt) {
