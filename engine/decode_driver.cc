@@ -169,6 +169,7 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
   host.kv_rows.resize(static_cast<size_t>(host.seq * stride));
   for (int32_t t = 0; t < host.seq; ++t) kv.FillKvRow(host.kv_rows.data() + t * stride);
   Graph g = build_decode_graph(model, host, DataMode::kBaked, all_logits);
+  g.set_rows_are_one_sequence(true);
   auto plan = Optimize(g);
   if (!plan.ok()) return plan.status();
   auto compiled = model.backend().Compile(std::move(g), *std::move(plan), KvResources(model));

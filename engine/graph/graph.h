@@ -255,6 +255,15 @@ class Graph {
 
   void mark_output(NodeId id);
 
+  // Whether every row is a position of one sequence (a prefill chunk through
+  // one KV cache) rather than one row per decode session. A backend may give
+  // such a graph kernels whose arithmetic depends on the row count (Vulkan's
+  // tiled mat-mat for many rows); the rows of distinct sessions must each get
+  // arithmetic that does not depend on the others (engine/decode_driver.h:
+  // a session's logits in a batch equal its logits alone). Default false.
+  void set_rows_are_one_sequence(bool one_sequence) { rows_are_one_sequence_ = one_sequence; }
+  bool rows_are_one_sequence() const { return rows_are_one_sequence_; }
+
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
   const Node& node(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
@@ -265,6 +274,7 @@ class Graph {
   NodeId push(Node n);
   std::vector<Node> nodes_;
   std::vector<NodeId> outputs_;
+  bool rows_are_one_sequence_ = false;
 };
 
 }  // namespace decoded

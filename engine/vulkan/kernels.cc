@@ -105,6 +105,39 @@ constexpr uint32_t k_moe_matmul_q5_k[] = {
 constexpr uint32_t k_moe_matmul_q6_k[] = {
 #include "engine/vulkan/spirv/moe_matmul_q6_k.inc"
 };
+constexpr uint32_t k_matmul_tiled_f32[] = {
+#include "engine/vulkan/spirv/matmul_tiled_f32.inc"
+};
+constexpr uint32_t k_matmul_tiled_f16[] = {
+#include "engine/vulkan/spirv/matmul_tiled_f16.inc"
+};
+constexpr uint32_t k_matmul_tiled_bf16[] = {
+#include "engine/vulkan/spirv/matmul_tiled_bf16.inc"
+};
+constexpr uint32_t k_matmul_tiled_q4_0[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q4_0.inc"
+};
+constexpr uint32_t k_matmul_tiled_q4_1[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q4_1.inc"
+};
+constexpr uint32_t k_matmul_tiled_q5_0[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q5_0.inc"
+};
+constexpr uint32_t k_matmul_tiled_q5_1[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q5_1.inc"
+};
+constexpr uint32_t k_matmul_tiled_q8_0[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q8_0.inc"
+};
+constexpr uint32_t k_matmul_tiled_q4_k[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q4_k.inc"
+};
+constexpr uint32_t k_matmul_tiled_q5_k[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q5_k.inc"
+};
+constexpr uint32_t k_matmul_tiled_q6_k[] = {
+#include "engine/vulkan/spirv/matmul_tiled_q6_k.inc"
+};
 constexpr uint32_t k_norm[] = {
 #include "engine/vulkan/spirv/norm.inc"
 };
@@ -169,6 +202,17 @@ constexpr KernelEntry kKernels[] = {
     DECODED_KERNEL(k_moe_matmul_q4_k, 64),
     DECODED_KERNEL(k_moe_matmul_q5_k, 64),
     DECODED_KERNEL(k_moe_matmul_q6_k, 64),
+    DECODED_KERNEL(k_matmul_tiled_f32, 256),
+    DECODED_KERNEL(k_matmul_tiled_f16, 256),
+    DECODED_KERNEL(k_matmul_tiled_bf16, 256),
+    DECODED_KERNEL(k_matmul_tiled_q4_0, 256),
+    DECODED_KERNEL(k_matmul_tiled_q4_1, 256),
+    DECODED_KERNEL(k_matmul_tiled_q5_0, 256),
+    DECODED_KERNEL(k_matmul_tiled_q5_1, 256),
+    DECODED_KERNEL(k_matmul_tiled_q8_0, 256),
+    DECODED_KERNEL(k_matmul_tiled_q4_k, 256),
+    DECODED_KERNEL(k_matmul_tiled_q5_k, 256),
+    DECODED_KERNEL(k_matmul_tiled_q6_k, 256),
     DECODED_KERNEL(k_norm, 64),
     DECODED_KERNEL(k_eltwise, 256),
     DECODED_KERNEL(k_copy, 256),
@@ -227,6 +271,13 @@ std::optional<Kernel> MoeMatMulKernel(DType t) {
   const std::optional<Kernel> m = MatMulKernel(t);
   if (!m) return std::nullopt;
   return static_cast<Kernel>(static_cast<int32_t>(Kernel::kMoeMatMulF32) + static_cast<int32_t>(*m) -
+                             static_cast<int32_t>(Kernel::kMatMulF32));
+}
+
+std::optional<Kernel> TiledMatMulKernel(DType t) {
+  const std::optional<Kernel> m = MatMulKernel(t);
+  if (!m) return std::nullopt;
+  return static_cast<Kernel>(static_cast<int32_t>(Kernel::kMatMulTiledF32) + static_cast<int32_t>(*m) -
                              static_cast<int32_t>(Kernel::kMatMulF32));
 }
 

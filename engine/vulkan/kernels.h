@@ -24,6 +24,8 @@ enum class Kernel : int32_t {
   kGetRowsQ4_K, kGetRowsQ5_K, kGetRowsQ6_K,
   kMoeMatMulF32, kMoeMatMulF16, kMoeMatMulBF16, kMoeMatMulQ4_0, kMoeMatMulQ4_1, kMoeMatMulQ5_0, kMoeMatMulQ5_1,
   kMoeMatMulQ8_0, kMoeMatMulQ4_K, kMoeMatMulQ5_K, kMoeMatMulQ6_K,
+  kMatMulTiledF32, kMatMulTiledF16, kMatMulTiledBF16, kMatMulTiledQ4_0, kMatMulTiledQ4_1, kMatMulTiledQ5_0,
+  kMatMulTiledQ5_1, kMatMulTiledQ8_0, kMatMulTiledQ4_K, kMatMulTiledQ5_K, kMatMulTiledQ6_K,
   kNorm, kEltwise, kCopy, kRope, kKvWrite, kAttention, kMoe,
   kCount,
 };
@@ -40,12 +42,22 @@ std::optional<Kernel> MatMulKernel(DType t);
 std::optional<Kernel> GetRowsKernel(DType t);
 // The routed-expert mat-vec (moe_matmul.comp) for expert weights of type `t`.
 std::optional<Kernel> MoeMatMulKernel(DType t);
+// The shared-memory tiled mat-mat (matmul_tiled.comp) for weights of type `t`.
+std::optional<Kernel> TiledMatMulKernel(DType t);
+// Output tile of the tiled mat-mat (activation rows x weight rows per
+// workgroup) and the shared memory it needs: two 64 x 33 float tiles.
+inline constexpr uint32_t kTiledMatMulTile = 64;
+inline constexpr uint32_t kTiledMatMulSharedBytes = 2 * kTiledMatMulTile * 33 * 4;
 
 inline constexpr size_t kPushConstantBytes = 128;
 
 struct MatMulParams {
   uint64_t w, x, out;
   uint32_t w_row_bytes, k, m, n, x_row_stride, per, rows_per_group;
+};
+struct TiledMatMulParams {
+  uint64_t w, x, out;
+  uint32_t w_row_bytes, k, m, n, x_row_stride;
 };
 struct MoeMatMulParams {
   uint64_t w, x, out, ids, plane_bytes;

@@ -190,6 +190,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Open(const Options& options) {
                                                  ")"));
   }
   d->subgroup_size_ = sub.subgroupSize;
+  d->shared_memory_bytes_ = sub_props.properties.limits.maxComputeSharedMemorySize;
   VkPhysicalDeviceVulkan12Features e12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   e12.storageBuffer8BitAccess = VK_TRUE;
   e12.shaderInt8 = VK_TRUE;

@@ -94,6 +94,9 @@ class Device {
   uint64_t heap_size(uint32_t heap) const { return heap_size_[heap]; }
   // Invocations per subgroup (lavapipe: 8; NVIDIA: 32), a divisor of 64.
   uint32_t subgroup_size() const { return subgroup_size_; }
+  // Shared memory one workgroup may declare (maxComputeSharedMemorySize;
+  // lavapipe 32 KiB, NVIDIA 48 KiB): whether the tiled mat-mat can run.
+  uint32_t shared_memory_bytes() const { return shared_memory_bytes_; }
   // A CPU implementation (lavapipe): few large workgroups beat many small ones.
   bool is_cpu() const { return info_.type == "cpu"; }
 
@@ -156,6 +159,7 @@ class Device {
   absl::Mutex staging_mu_;  // one staging copy at a time
   std::atomic<int64_t> staging_copies_{0};
   uint32_t subgroup_size_ = 0;
+  uint32_t shared_memory_bytes_ = 0;
   std::unique_ptr<Pipelines> pipelines_;
   std::atomic<bool> lost_{false};
   std::atomic<int64_t> allocated_[VK_MAX_MEMORY_HEAPS] = {};

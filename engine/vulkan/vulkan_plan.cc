@@ -14,7 +14,7 @@
 namespace decoded::vulkan {
 namespace {
 
-std::atomic<int64_t> g_recordings{0}, g_submissions{0}, g_dispatches{0};
+std::atomic<int64_t> g_recordings{0}, g_submissions{0}, g_dispatches{0}, g_tiled_matmuls{0};
 
 constexpr uint32_t kMaxGroupsX = 65535;
 constexpr uint32_t kUnit = 32;            // elements per dequantization unit (dequant.glsl)
@@ -83,7 +83,11 @@ absl::Status CheckWeightKernel(const Graph& g, const Node& n, bool get_rows) {
 
 }  // namespace
 
-PlanStats GetPlanStats() { return {g_recordings.load(), g_submissions.load(), g_dispatches.load()}; }
+int64_t TiledMatMulMinRows(const Device& device) { return device.is_cpu() ? 48 : 16; }
+
+PlanStats GetPlanStats() {
+  return {g_recordings.load(), g_submissions.load(), g_dispatches.load(), g_tiled_matmuls.load()};
+}
 
 absl::Status CheckGraphSupported(const Graph& graph) {
   for (const Node& n : graph.nodes()) {
@@ -283,6 +287,14 @@ class Plan final : public CompiledPlan {
   // Weight rows per 64-invocation workgroup of the mat-vec kernels: one per
   // subgroup on a GPU; on a CPU device 8 per subgroup, since each workgroup
   // there costs tens of microseconds.
+  // The tiled mat-mat for a prefill chunk of many rows (matmul_tiled.comp:
+  // why never for a batched decode step's rows), where the device has the
+  // shared memory it needs.
+  bool UseTiledMatMul(const Node& n, const Node& x) const {
+    return n.op == Op::kMatMul && graph_.rows_are_one_sequence() && x.rows >= TiledMatMulMinRows(*device_) &&
+           device_->shared_memory_bytes() >= kTiledMatMulSharedBytes;
+  }
+
   uint32_t MatVecRowsPerGroup() const { return 64 / device_->subgroup_size() * (device_->is_cpu() ? 8 : 1); }
 
   uint64_t ControlAddress(size_t word) const { return control_->device_address() + word * sizeof(int32_t); }
@@ -327,6 +339,16 @@ class Plan final : public CompiledPlan {
         if (groups <= 0 || w.rows % groups != 0 || x.cols != groups * w.cols) {
           return absl::InvalidArgumentError(absl::StrCat(n.name, ": ", groups, " groups do not split weight [", w.rows,
                                                          ", ", w.cols, "] and input of ", x.cols, " columns"));
+        }
+        if (UseTiledMatMul(n, x)) {
+          g_tiled_matmuls.fetch_add(1, std::memory_order_relaxed);
+          const uint32_t tiles = GroupsFor(w.rows, kTiledMatMulTile) * GroupsFor(x.rows, kTiledMatMulTile);
+          dispatches_.push_back(MakeDispatch(
+              *TiledMatMulKernel(w.dtype), tiles,
+              TiledMatMulParams{src(0), src(1), out, static_cast<uint32_t>(w.weight->row_bytes),
+                                static_cast<uint32_t>(w.cols), static_cast<uint32_t>(x.rows),
+                                static_cast<uint32_t>(w.rows), static_cast<uint32_t>(x.cols)}));
+          break;
         }
         const uint32_t rows_per_group = MatVecRowsPerGroup();
         dispatches_.push_back(MakeDispatch(

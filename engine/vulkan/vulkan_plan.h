@@ -54,11 +54,20 @@ absl::StatusOr<std::unique_ptr<CompiledPlan>> CompilePlan(std::shared_ptr<Device
                                                           Graph graph, MemoryPlan plan,
                                                           const PlanResources& resources, const PlanOptions& options);
 
+// Activation rows from which a prefill chunk's matmuls take the tiled
+// mat-mat (matmul_tiled.comp) rather than the mat-vec on `device`. A CPU
+// device (lavapipe, Gemma 3 270M prefill on 2 vCPUs): 48, where the tiled
+// kernel starts to win (0.81x the mat-vec's prefill rate at 32 rows, 1.14x
+// at 48, 1.48x at 64). A GPU: 16, not yet measured (llama.cpp's Vulkan
+// backend keeps its mat-vec up to 8 columns).
+int64_t TiledMatMulMinRows(const Device& device);
+
 // Process-wide counts, for tests, benchmarks and metrics.
 struct PlanStats {
   int64_t recordings = 0;           // command buffers recorded
   int64_t submissions = 0;          // plan runs submitted
   int64_t dispatches_recorded = 0;  // kernel dispatches written into recordings
+  int64_t tiled_matmuls = 0;        // matmuls compiled to the tiled mat-mat (prefill chunks)
 };
 PlanStats GetPlanStats();
 

@@ -18,6 +18,7 @@
 #include "engine/decode_driver.h"
 #include "engine/model_registry.h"
 #include "engine/runtime.h"
+#include "engine/vulkan/kernels.h"
 #include "engine/vulkan/vulkan_backend.h"
 #include "engine/vulkan/vulkan_executor.h"
 #include "gtest/gtest.h"
@@ -140,6 +141,52 @@ TEST_P(VulkanFixtureTest, HeldPlanIsByteIdenticalToRebuildAndNearTheCpu) {
   for (size_t s = 0; s < d1.size(); ++s) worst = std::max(worst, MaxAbsDiff(d1[s], ref[s]));
   EXPECT_LE(worst, GetParam().tolerance) << "max |Vulkan - CPU| logit";
   std::printf("%s: max |Vulkan - CPU| logit %.3g (tolerance %.3g)\n", GetParam().file, worst, GetParam().tolerance);
+  EXPECT_EQ(device->validation_messages(), validation0) << "the Vulkan validation layer reported problems";
+}
+
+// A prefill chunk of 64 tokens takes the tiled mat-mat (matmul_tiled.comp)
+// for its matmuls: every row's logits within the fixture's tolerance of the
+// CPU's, and two decode tokens on the KV cache it wrote as well.
+TEST_P(VulkanFixtureTest, ALongPrefillChunkTakesTheTiledMatMulAndStaysNearTheCpu) {
+  DECODED_VULKAN_DEVICE_OR_SKIP(device);
+  const int64_t validation0 = device->validation_messages();
+  Loaded gpu = Load(GetParam().file, vulkan::CreateBackend(device));
+  ASSERT_NE(gpu.model, nullptr);
+  auto ex_or = gpu.backend->CreateExecutor(1);
+  ASSERT_TRUE(ex_or.ok()) << ex_or.status();
+  auto ex = *std::move(ex_or);
+  Loaded cpu = Load(GetParam().file, nullptr);
+  ASSERT_NE(cpu.model, nullptr);
+  CpuExecutor cex(1);
+  const DecodeModel& m = *gpu.model;
+  std::vector<int32_t> prompt;
+  for (int j = 0; j < 64; ++j) prompt.push_back(3 + (j * 37 + 11) % (m.dims().vocab - 3));
+  ASSERT_GE(static_cast<int64_t>(prompt.size()), vulkan::TiledMatMulMinRows(*device));
+
+  auto gkv = NewKv(m, 80);
+  auto ckv = NewKv(*cpu.model, 80);
+  const int64_t tiled0 = vulkan::GetPlanStats().tiled_matmuls;
+  auto g = forward_with_kv_context(m, *gkv, prompt, /*all_logits=*/true, *ex);
+  ASSERT_TRUE(g.ok()) << g.status();
+  if (device->shared_memory_bytes() >= vulkan::kTiledMatMulSharedBytes) {
+    EXPECT_GT(vulkan::GetPlanStats().tiled_matmuls, tiled0) << "the chunk's matmuls took the mat-vec";
+  }
+  auto c = forward_with_kv_context(*cpu.model, *ckv, prompt, /*all_logits=*/true, cex);
+  ASSERT_TRUE(c.ok()) << c.status();
+  float worst = MaxAbsDiff(*g, *c);
+  int32_t tok = Argmax(absl::MakeConstSpan(*g).last(static_cast<size_t>(m.dims().vocab)));
+  DecodeSession session;
+  for (int s = 0; s < 2; ++s) {
+    auto gl = forward_with_kv_context_persistent(m, *gkv, session, tok, *ex);
+    ASSERT_TRUE(gl.ok()) << gl.status();
+    auto cl = forward_with_kv_context(*cpu.model, *ckv, std::vector<int32_t>{tok}, false, cex);
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    worst = std::max(worst, MaxAbsDiff(*gl, *cl));
+    tok = Argmax(*gl);
+  }
+  EXPECT_LE(worst, GetParam().tolerance) << "max |Vulkan - CPU| logit over the chunk's rows and 2 decode tokens";
+  std::printf("%s: 64-token chunk, max |Vulkan - CPU| logit %.3g (tolerance %.3g)\n", GetParam().file, worst,
+              GetParam().tolerance);
   EXPECT_EQ(device->validation_messages(), validation0) << "the Vulkan validation layer reported problems";
 }
 

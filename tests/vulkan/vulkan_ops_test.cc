@@ -13,12 +13,15 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
 #include "engine/graph/optimizer.h"
 #include "engine/quant/quant.h"
+#include "engine/vulkan/kernels.h"
 #include "engine/vulkan/vulkan_backend.h"
+#include "engine/vulkan/vulkan_plan.h"
 #include "gtest/gtest.h"
 #include "tests/vulkan/vulkan_test_device.h"
 
@@ -75,15 +78,20 @@ struct TypeCase {
   int64_t cols;
 };
 
-class VulkanMatMulTest : public ::testing::TestWithParam<TypeCase> {};
+// The type, and whether the rows are a prefill chunk of one sequence (the
+// tiled mat-mat) or a batch of decode rows (the mat-vec).
+class VulkanMatMulTest : public ::testing::TestWithParam<std::tuple<TypeCase, bool>> {};
 
-// out[i, r] = dot(W[r], x[i]) for 3 activation rows (a batch) and 70 weight
-// rows, and get_rows of 3 rows, against the CPU's dequantized rows.
+// out[i, r] = dot(W[r], x[i]) for 3 activation rows of a batch (matmul.comp)
+// or 77 rows of one sequence (matmul_tiled.comp: two row tiles by two weight
+// tiles, each with a ragged edge) and 70 weight rows, and get_rows of 3 rows,
+// against the CPU's dequantized rows.
 TEST_P(VulkanMatMulTest, MatchesTheDequantizedReference) {
   DECODED_VULKAN_DEVICE_OR_SKIP(device);
   const int64_t validation0 = device->validation_messages();
-  const DType t = GetParam().type;
-  const int64_t cols = GetParam().cols, n = 70, m = 3;
+  const auto [type_case, one_sequence] = GetParam();
+  const DType t = type_case.type;
+  const int64_t cols = type_case.cols, n = 70, m = one_sequence ? 77 : 3;
   std::mt19937 rng(static_cast<uint32_t>(t) * 7919u + static_cast<uint32_t>(cols));
   std::vector<uint8_t> wbytes = RandomRows(t, n, cols, rng);
   WeightTensor w{"w", t, n, cols, *RowBytes(t, cols), wbytes.data(), 1};
@@ -99,11 +107,16 @@ TEST_P(VulkanMatMulTest, MatchesTheDequantizedReference) {
   const NodeId wn = g.weight(w);
   g.mark_output(g.matmul(wn, g.constant(DType::kF32, m, cols, xb, "x"), "mm"));
   g.mark_output(g.get_rows(wn, g.constant(DType::kI32, 1, 3, idb, "ids"), "rows"));
+  g.set_rows_are_one_sequence(one_sequence);
   auto plan = Optimize(g);
   ASSERT_TRUE(plan.ok()) << plan.status();
   auto backend = vulkan::CreateBackend(device);
+  const int64_t tiled0 = vulkan::GetPlanStats().tiled_matmuls;
   auto compiled = backend->Compile(std::move(g), *std::move(plan), PlanResources{});
   ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const bool tiled_possible = device->shared_memory_bytes() >= vulkan::kTiledMatMulSharedBytes;
+  EXPECT_EQ(vulkan::GetPlanStats().tiled_matmuls - tiled0, one_sequence && tiled_possible ? 1 : 0)
+      << "a batch's rows never take the tiled mat-mat; a long prefill chunk's do";
   auto ex_or = backend->CreateExecutor(1);
   ASSERT_TRUE(ex_or.ok()) << ex_or.status();
   auto ex = *std::move(ex_or);
@@ -142,8 +155,10 @@ TEST_P(VulkanMatMulTest, MatchesTheDequantizedReference) {
   std::vector<float> ref_rows;
   reference(wbytes, &ref_mm, &ref_rows);
   const double err = worst_error(ref_mm, ref_rows);
-  // Measured on lavapipe: <= 2e-7 relative for every type (f32 sums of up to
-  // 512 products against f64); get_rows bit-exact but for FMA contraction.
+  // Measured on lavapipe, relative, f32 sums of up to 512 products against
+  // f64: the mat-vec <= 2e-7 for every type (lane-strided partials), the tiled
+  // mat-mat <= 9.2e-7 (one running sum in k order: Q6_K x 512 the largest);
+  // get_rows bit-exact but for FMA contraction.
   constexpr double kTolerance = 2e-6;
   EXPECT_LE(err, kTolerance) << DTypeName(t);
 
@@ -152,7 +167,8 @@ TEST_P(VulkanMatMulTest, MatchesTheDequantizedReference) {
   broken[Traits(t).block_bytes > 4 ? 5 : 1] ^= 0x5A;
   reference(broken, &ref_mm, &ref_rows);
   EXPECT_GT(worst_error(ref_mm, ref_rows), kTolerance) << DTypeName(t) << ": one flipped byte goes unnoticed";
-  std::printf("%s x %lld: relative error %.3g\n", DTypeName(t), static_cast<long long>(cols), err);
+  std::printf("%s x %lld, %s: relative error %.3g\n", DTypeName(t), static_cast<long long>(cols),
+              one_sequence ? "tiled mat-mat" : "mat-vec", err);
   EXPECT_EQ(device->validation_messages(), validation0);
 }
 
@@ -162,11 +178,13 @@ constexpr TypeCase kTypes[] = {
     {DType::kQ4_K, 512}, {DType::kQ5_K, 512}, {DType::kQ6_K, 512},
 };
 
-std::string TypeName(const ::testing::TestParamInfo<TypeCase>& info) {
-  return std::string(DTypeName(info.param.type)) + "_" + std::to_string(info.param.cols);
+std::string MatMulCaseName(const ::testing::TestParamInfo<std::tuple<TypeCase, bool>>& info) {
+  const TypeCase& c = std::get<0>(info.param);
+  return std::string(DTypeName(c.type)) + "_" + std::to_string(c.cols) + (std::get<1>(info.param) ? "_tiled" : "_batch");
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, VulkanMatMulTest, ::testing::ValuesIn(kTypes), TypeName);
+INSTANTIATE_TEST_SUITE_P(Types, VulkanMatMulTest, ::testing::Combine(::testing::ValuesIn(kTypes), ::testing::Bool()),
+                         MatMulCaseName);
 
 // The MoE FFN of 3 rows over 8 experts (k = 2) with experts of type t,
 // routed as DeepSeek-V3 (sigmoid, selection bias, 4 groups of which 2 are
