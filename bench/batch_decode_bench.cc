@@ -10,6 +10,11 @@
 // per-step latency p50 / p99 (the inter-token latency each session sees).
 // Prints one JSON object; bench/run_batch_bench.py compares it with
 // llama.cpp stepping B sequences per llama_decode.
+//
+// --device vulkan[:N] runs the same steps on the Vulkan backend and adds, per
+// B, what a step costs there besides its time: queue submissions per step
+// (1: the whole batch in one), recordings in the steady state (0 once the
+// B-row plan is held) and bytes written into device buffers per step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,7 +25,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/device_counters.h"
 #include "engine/cpu_isa.h"
+#include "engine/device_spec.h"
 #include "engine/runtime.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model path");
@@ -29,6 +36,7 @@ ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16", "comma-separated batch sizes (
 ABSL_FLAG(int, prompt_tokens, 16, "prompt length of each session");
 ABSL_FLAG(int, decode_steps, 64, "decode steps measured per batch size and repeat");
 ABSL_FLAG(int, repeats, 3, "repetitions; the best rate is reported");
+ABSL_FLAG(std::string, device, "cpu", "cpu, vulkan or vulkan:N (as the daemon's --device)");
 
 namespace decoded {
 namespace {
@@ -51,7 +59,11 @@ double Percentile(std::vector<double> v, double q) {
 
 int Run() {
   if (absl::Status isa = InitCpuIsaFromEnvironment(); !isa.ok()) return Fail("cpu isa", isa);
-  auto model = Model::Load(absl::GetFlag(FLAGS_model));
+  absl::StatusOr<std::shared_ptr<Backend>> backend = OpenBackend(absl::GetFlag(FLAGS_device));
+  if (!backend.ok()) return Fail("--device", backend.status());
+  ModelLoadOptions load;
+  load.backend = *backend;
+  auto model = Model::Load(absl::GetFlag(FLAGS_model), load);
   if (!model.ok()) return Fail("model", model.status());
   std::vector<int32_t> sizes;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
@@ -66,7 +78,9 @@ int Run() {
   const int steps = std::max(1, absl::GetFlag(FLAGS_decode_steps));
   const int32_t vocab = (*model)->info().vocab_size;
   const int32_t bos = std::max(0, (*model)->tokenizer().bos_id());
-  auto executor = CreateCpuExecutor(threads);
+  auto made = (*model)->backend().CreateExecutor(threads);
+  if (!made.ok()) return Fail("executor", made.status());
+  std::unique_ptr<Executor> executor = *std::move(made);
 
   std::string results;
   for (int32_t batch : sizes) {
@@ -74,6 +88,7 @@ int Run() {
     if (!decoder.ok()) return Fail("decoder", decoder.status());
     double best_rate = 0;
     std::vector<double> step_ms;
+    bench::DeviceCounters steady;  // of the last repeat's steps after the first
     for (int rep = 0; rep < std::max(1, absl::GetFlag(FLAGS_repeats)); ++rep) {
       std::vector<std::unique_ptr<DecodeContext>> ctx;
       std::vector<DecodeContext*> rows;
@@ -93,7 +108,9 @@ int Run() {
         ctx.push_back(*std::move(c));
       }
       double total = 0;
+      bench::DeviceCounters after_first;
       for (int k = 0; k < steps; ++k) {
+        if (k == 1) after_first = bench::ReadDeviceCounters();
         const Clock::time_point t0 = Clock::now();
         auto logits = (*decoder)->Decode(rows, tokens, *executor);
         const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -105,17 +122,23 @@ int Run() {
         }
       }
       best_rate = std::max(best_rate, batch * steps / total);
+      if (steps > 1) steady = bench::ReadDeviceCounters() - after_first;
     }
-    char line[256];
+    const double later_steps = std::max(1, steps - 1);
+    char line[512];
     std::snprintf(line, sizeof(line),
                   "%s{\"batch\": %d, \"plan_rows\": %d, \"decode_tok_s\": %.2f, \"step_ms_p50\": %.3f, "
-                  "\"step_ms_p99\": %.3f}",
+                  "\"step_ms_p99\": %.3f, \"submissions_per_step\": %.2f, \"recordings_in_steady_state\": %lld, "
+                  "\"bytes_uploaded_per_step\": %.1f}",
                   results.empty() ? "" : ", ", batch, (*decoder)->plan_rows(batch), best_rate,
-                  Percentile(step_ms, 0.5), Percentile(step_ms, 0.99));
+                  Percentile(step_ms, 0.5), Percentile(step_ms, 0.99), steady.submissions / later_steps,
+                  static_cast<long long>(steady.recordings), steady.uploaded / later_steps);
     results += line;
   }
-  std::printf("{\"threads\": %d, \"cpu_isa\": \"%s\", \"prompt_tokens\": %d, \"decode_steps\": %d, \"results\": [%s]}\n",
-              threads, CpuIsaName(ActiveCpuIsa()), n_prompt, steps, results.c_str());
+  std::printf("{\"device\": \"%s\", \"device_name\": \"%s\", \"threads\": %d, \"cpu_isa\": \"%s\", "
+              "\"prompt_tokens\": %d, \"decode_steps\": %d, \"results\": [%s]}\n",
+              std::string((*backend)->name()).c_str(), (*backend)->device_name().c_str(), threads,
+              CpuIsaName(ActiveCpuIsa()), n_prompt, steps, results.c_str());
   return 0;
 }
 

@@ -24,6 +24,7 @@
 #include "absl/flags/parse.h"
 #include <ctime>
 
+#include "bench/device_counters.h"
 #include "engine/cpu_isa.h"
 #include "engine/device_spec.h"
 #include "engine/decode_driver.h"
@@ -32,10 +33,6 @@
 #include "engine/runtime.h"
 #include "tests/common/counting_allocator.h"
 
-#if DECODED_HAVE_VULKAN
-#include "engine/vulkan/vulkan_backend.h"
-#include "engine/vulkan/vulkan_plan.h"
-#endif
 
 ABSL_FLAG(std::string, model, "", "GGUF model path");
 ABSL_FLAG(int, threads, 1, "compute threads");
@@ -58,21 +55,8 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// Device-side counters of the Vulkan backend (zero elsewhere).
-struct DeviceCounters {
-  int64_t dispatches = 0, submissions = 0, recordings = 0, uploaded = 0;
-};
-DeviceCounters ReadDeviceCounters() {
-  DeviceCounters c;
-#if DECODED_HAVE_VULKAN
-  const vulkan::PlanStats s = vulkan::GetPlanStats();
-  c.dispatches = s.dispatches_recorded;
-  c.submissions = s.submissions;
-  c.recordings = s.recordings;
-  c.uploaded = vulkan::UploadedDataBytes();
-#endif
-  return c;
-}
+using bench::DeviceCounters;
+using bench::ReadDeviceCounters;
 
 // A failed step ends the benchmark with its status on stderr: a silent exit 1
 // would leave run_bench.py with nothing to report.
