@@ -132,6 +132,13 @@ class Backend {
   // VK_ERROR_DEVICE_LOST): every later Run fails, and a daemon reports
   // NOT_SERVING.
   virtual absl::Status health() const { return absl::OkStatus(); }
+  // Whether a prefill chunk's results depend, in the last bits, on how many
+  // rows the chunk holds (Vulkan's tiled mat-mat takes chunks of many rows,
+  // its mat-vec the others). The scheduler then cuts every prompt into the
+  // same chunks whatever the load, so that a session's tokens never depend
+  // on which other sessions ran beside it. False where each row's arithmetic
+  // is the same in any chunk (CPU).
+  virtual bool prefill_depends_on_chunk_rows() const { return false; }
   // Warnings and errors a validation layer reported (Vulkan's Khronos layer,
   // when enabled); 0 where there is none.
   virtual int64_t validation_messages() const { return 0; }

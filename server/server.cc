@@ -188,11 +188,11 @@ void DecodedServer::AttachEngine(std::unique_ptr<serving::Engine> engine) {
 }
 
 void DecodedServer::UpdateHealth() {
-  bool serving;
-  {
-    absl::MutexLock lock(&health_mu_);
-    serving = attached_ && !stuck_ && !listener_failed_ && !draining_ && !device_lost_;
-  }
+  // Published under the lock: two threads updating at once (the watchdog, a
+  // worker reporting a lost device) cannot publish in the other order than
+  // they computed, leaving a stale SERVING.
+  absl::MutexLock lock(&health_mu_);
+  const bool serving = attached_ && !stuck_ && !listener_failed_ && !draining_ && !device_lost_;
   health_->SetServing(serving);
   metrics_->SetServing(serving);
 }

@@ -51,7 +51,13 @@ inline std::optional<std::string> FirstUnknownFlag(int argc, char** argv) {
     if (arg.size() < 2 || arg[0] != '-') continue;
     arg.remove_prefix(arg[1] == '-' ? 2 : 1);
     const std::string name(arg.substr(0, arg.find('=')));
-    if (absl::FindCommandLineFlag(name) != nullptr || IsAbslUsageFlag(name)) continue;
+    if (const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name)) {
+      // "--name value": the value is not a flag, even when it starts with '-'
+      // ("--presence_penalty -0.5").
+      if (arg.find('=') == std::string_view::npos && !flag->IsOfType<bool>()) ++i;
+      continue;
+    }
+    if (IsAbslUsageFlag(name)) continue;
     if (std::find(undefok.begin(), undefok.end(), name) != undefok.end()) continue;
     if (name.rfind("no", 0) == 0) {
       const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name.substr(2));
@@ -65,7 +71,10 @@ inline std::optional<std::string> FirstUnknownFlag(int argc, char** argv) {
 // "--name=value", or "--name value" for a flag that is not a bool, whose
 // value the flag's type cannot hold ("--port=x", an int64 past 2^63):
 // "--name: <Abseil's reason>". Run after FirstUnknownFlag. Values are parsed
-// into the flags as ParseCommandLine would (it parses them again).
+// into the flags as ParseCommandLine would (it parses them again). Abseil's
+// flags that read more flags (--flagfile, --fromenv, --tryfromenv) and
+// --undefok are left to it: setting them early would make it apply them
+// twice.
 inline std::optional<std::string> FirstBadFlagValue(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -76,6 +85,7 @@ inline std::optional<std::string> FirstBadFlagValue(int argc, char** argv) {
     const std::string name(arg.substr(0, eq));
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;  // a usage flag, --noname, or one --undefok names
+    const bool abseils_own = name == "flagfile" || name == "fromenv" || name == "tryfromenv" || name == "undefok";
     std::string value;
     if (eq != std::string_view::npos) {
       value = std::string(arg.substr(eq + 1));
@@ -86,6 +96,7 @@ inline std::optional<std::string> FirstBadFlagValue(int argc, char** argv) {
     } else {
       return "--" + name + ": missing a value";
     }
+    if (abseils_own || flag->IsRetired()) continue;
     std::string error;
     if (!flag->ParseFrom(value, &error)) return "--" + name + ": " + error;
   }

@@ -51,6 +51,7 @@ class RealServingModel final : public ServingModel {
     return model_->NewBatchDecoder(max_batch);
   }
   absl::Status health() const override { return model_->backend().health(); }
+  bool prefill_depends_on_chunk_rows() const override { return model_->backend().prefill_depends_on_chunk_rows(); }
   const Model& model() const { return *model_; }
 
  private:

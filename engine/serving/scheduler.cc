@@ -456,7 +456,7 @@ void Scheduler::WorkerLoop() {
       if (p0.end_request) {
         outs[0].end = p0.turn->End(*p0.end_request);
       } else {
-        outs[0] = p0.turn->Step(*p0.session->ctx, *executor, others_waiting ? kSharedPrefillChunk : kMaxPrefillChunk);
+        outs[0] = p0.turn->Step(*p0.session->ctx, *executor, PrefillChunk(others_waiting));
         if (options_.on_step && outs[0].seconds > 0) {
           options_.on_step(StepInfo{outs[0].prefill, outs[0].seconds, outs[0].fed});
         }
@@ -501,6 +501,14 @@ void Scheduler::WorkerLoop() {
       busy_ -= 1;
     }
   }
+}
+
+int32_t Scheduler::PrefillChunk(bool others_waiting) const {
+  // Where a chunk's size changes its results, a load-dependent size would
+  // make a session's tokens depend on the other sessions: every chunk is the
+  // largest then, and the fairness bound is one such chunk.
+  if (!others_waiting || model_->prefill_depends_on_chunk_rows()) return kMaxPrefillChunk;
+  return kSharedPrefillChunk;
 }
 
 void Scheduler::ReportDeviceLoss(const std::vector<StepOutput>& outs) {

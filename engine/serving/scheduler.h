@@ -68,7 +68,9 @@ namespace decoded::serving {
 // Prefill chunk while other sessions wait for a worker: a 32-token chunk of
 // the default model costs about as much as a few decode steps, so a long
 // prompt delays other streams' tokens by that much, not by a whole
-// kMaxPrefillChunk chunk.
+// kMaxPrefillChunk chunk. Not on a backend whose prefill results depend on
+// the chunk's size (Backend::prefill_depends_on_chunk_rows), where every
+// chunk is kMaxPrefillChunk.
 inline constexpr int32_t kSharedPrefillChunk = 32;
 
 struct SchedulerOptions {
@@ -138,6 +140,9 @@ class Scheduler {
   void PickLocked(std::vector<Picked>& picked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a step: credits, turn end, events, re-queue or release.
   void FinishStep(const Picked& p, StepOutput out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tokens of the next prefill step: kSharedPrefillChunk while other sessions
+  // wait, unless the model's backend makes prefill depend on chunk size.
+  int32_t PrefillChunk(bool others_waiting) const;
   // Calls on_device_lost once when a failed step left the backend unhealthy.
   void ReportDeviceLoss(const std::vector<StepOutput>& outs);
   // A chat turn's whole conversation tokenized before the lock was taken,

@@ -56,6 +56,8 @@ class ServingModel {
   // The health of the device the model runs on (Backend::health: UNAVAILABLE
   // once a GPU was lost, for good). OK for a model without a device.
   virtual absl::Status health() const { return absl::OkStatus(); }
+  // Backend::prefill_depends_on_chunk_rows of the device the model runs on.
+  virtual bool prefill_depends_on_chunk_rows() const { return false; }
 };
 
 }  // namespace decoded::serving

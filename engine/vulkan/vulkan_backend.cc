@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/vulkan/kernels.h"
 #include "engine/vulkan/vulkan_buffer.h"
 #include "engine/vulkan/vulkan_executor.h"
 
@@ -52,6 +53,10 @@ class VulkanBackend final : public Backend, public WeightStore {
     return absl::OkStatus();
   }
   int64_t validation_messages() const override { return device_->validation_messages(); }
+  // Chunks of TiledMatMulMinRows rows or more take the tiled mat-mat.
+  bool prefill_depends_on_chunk_rows() const override {
+    return device_->shared_memory_bytes() >= kTiledMatMulSharedBytes;
+  }
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes, BufferAccess access) override {
     auto b = Buffer::Create(device_, bytes,

@@ -284,17 +284,18 @@ class Plan final : public CompiledPlan {
   static constexpr size_t kFaultWord = 0;
   static constexpr size_t kSymWord = 16;
 
-  // Weight rows per 64-invocation workgroup of the mat-vec kernels: one per
-  // subgroup on a GPU; on a CPU device 8 per subgroup, since each workgroup
-  // there costs tens of microseconds.
   // The tiled mat-mat for a prefill chunk of many rows (matmul_tiled.comp:
   // why never for a batched decode step's rows), where the device has the
-  // shared memory it needs.
+  // shared memory it needs (VulkanBackend::prefill_depends_on_chunk_rows
+  // says the same).
   bool UseTiledMatMul(const Node& n, const Node& x) const {
     return n.op == Op::kMatMul && graph_.rows_are_one_sequence() && x.rows >= TiledMatMulMinRows(*device_) &&
            device_->shared_memory_bytes() >= kTiledMatMulSharedBytes;
   }
 
+  // Weight rows per 64-invocation workgroup of the mat-vec kernels: one per
+  // subgroup on a GPU; on a CPU device 8 per subgroup, since each workgroup
+  // there costs tens of microseconds.
   uint32_t MatVecRowsPerGroup() const { return 64 / device_->subgroup_size() * (device_->is_cpu() ? 8 : 1); }
 
   uint64_t ControlAddress(size_t word) const { return control_->device_address() + word * sizeof(int32_t); }

@@ -148,6 +148,10 @@ TEST(CliTest, UnknownFlagsAndAModeWithoutItsInputAreBadInput) {
   run = RunCli({kNoServer, "--prompt", "hi", "--max_new_tokens", "99999999999"});
   EXPECT_EQ(run.exit_status, 2) << "Abseil's parser would exit 1";
   EXPECT_NE(run.err.find("--max_new_tokens: "), std::string::npos) << run.err;
+  // A flag's separate value is not a flag, even when it starts with '-'.
+  run = RunCli({kNoServer, "--prompt", "hi", "--presence_penalty", "-0.5"});
+  EXPECT_FALSE(absl::StrContains(run.err, "unknown flag")) << run.err;
+  EXPECT_NE(run.exit_status, 2) << run.err;
   run = RunCli({kNoServer, "--prompt", "hi", "--top_k=x"});
   EXPECT_EQ(run.exit_status, 2);
   EXPECT_NE(run.err.find("--top_k: "), std::string::npos) << run.err;

@@ -50,6 +50,8 @@ struct FakeWorld {
   std::atomic<int> nan_at_position{-1};
   // FakeModel::health() is UNAVAILABLE once set (a lost GPU).
   std::atomic<bool> device_lost{false};
+  // FakeModel::prefill_depends_on_chunk_rows() (Vulkan's tiled mat-mat).
+  std::atomic<bool> chunk_dependent_prefill{false};
 
   void Pause() {
     absl::MutexLock l(&mu);
@@ -235,6 +237,7 @@ class FakeModel final : public ServingModel {
   absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override {
     return std::unique_ptr<BatchDecoder>(new FakeBatchDecoder(world_, max_batch));
   }
+  bool prefill_depends_on_chunk_rows() const override { return world_->chunk_dependent_prefill; }
   absl::Status health() const override {
     return world_->device_lost ? absl::UnavailableError("fake device was lost") : absl::OkStatus();
   }
@@ -687,6 +690,35 @@ TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
   ASSERT_TRUE(alone.WaitEnd());
   absl::MutexLock l(&world_.mu);
   EXPECT_EQ(world_.prefill_sizes.front(), static_cast<size_t>(kMaxPrefillChunk));
+}
+
+// Where a chunk's size changes its results (Backend::
+// prefill_depends_on_chunk_rows), a long prompt is cut into the same full
+// chunks while another session waits as alone: its tokens cannot depend on
+// the load.
+TEST_F(SchedulerTest, PrefillChunksStayFullWhereTheirSizeChangesResults) {
+  world_.chunk_dependent_prefill = true;
+  auto sched = MakeScheduler(1, 8, 8, 1024);
+  SessionId a = *sched->Open();
+  SessionId b = *sched->Open();
+  RecordingSink sa, sb;
+  std::vector<int32_t> long_prompt(300, 1);
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(b, Turn({1}, 40), &sb).ok());
+  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &sa).ok());
+  world_.Resume();
+  ASSERT_TRUE(sa.WaitEnd());
+  ASSERT_TRUE(sb.WaitEnd());
+  std::vector<size_t> a_chunks;
+  {
+    absl::MutexLock l(&world_.mu);
+    for (size_t n : world_.prefill_sizes) {
+      if (n > 1) a_chunks.push_back(n);
+    }
+  }
+  // 300 = 128 + 128 + 44, as alone.
+  EXPECT_EQ(a_chunks, (std::vector<size_t>{static_cast<size_t>(kMaxPrefillChunk), static_cast<size_t>(kMaxPrefillChunk),
+                                           static_cast<size_t>(300 - 2 * kMaxPrefillChunk)}));
 }
 
 // Sessions reserve KV at open; the budget caps how many fit.
