@@ -1,11 +1,13 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu_isa.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+#include "server/process_metrics.h"
 
 namespace decoded::server {
 namespace {
@@ -39,6 +41,19 @@ prometheus::MetricFamily OneValue(const std::string& name, const std::string& he
   return family;
 }
 
+const char* FinishReasonLabel(serving::FinishReason r) {
+  switch (r) {
+    case serving::FinishReason::kStopToken: return "stop";
+    case serving::FinishReason::kStopSequence: return "stop_sequence";
+    case serving::FinishReason::kLength: return "length";
+    case serving::FinishReason::kCancelled: return "cancelled";
+    case serving::FinishReason::kContextFull: return "context_full";
+    case serving::FinishReason::kShutdown: return "shutdown";
+    case serving::FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
 // Reads Engine::Stats() at scrape time.
 class EngineCollectable final : public prometheus::Collectable {
  public:
@@ -66,6 +81,16 @@ class EngineCollectable final : public prometheus::Collectable {
                  "KV cache bytes all open sessions may reserve (--kv_budget_mb); 0: no limit.", MetricType::Gauge,
                  s.kv_budget_bytes),
         OneValue("decoded_sessions_queued", "Sessions waiting for a worker.", MetricType::Gauge, s.turns_queued),
+        // The model server protocol's three gauges (Gateway API Inference
+        // Extension; vLLM's num_requests_waiting, num_requests_running,
+        // kv_cache_usage_perc), read from one Stats() call.
+        OneValue("decoded_requests_waiting", "Turns accepted and not yet started (their first step has not run).",
+                 MetricType::Gauge, s.turns_waiting),
+        OneValue("decoded_requests_running", "Turns started and not yet ended.", MetricType::Gauge, s.turns_running),
+        OneValue("decoded_kv_cache_usage_ratio",
+                 "KV cache bytes held by live sessions over the KV budget, 0..1 (0 without a budget).",
+                 MetricType::Gauge,
+                 s.kv_budget_bytes > 0 ? std::min(1.0, static_cast<double>(s.kv_bytes) / s.kv_budget_bytes) : 0.0),
         OneValue("decoded_sessions_waiting_for_client",
                  "Sessions not stepped because their client has not consumed its last events (backpressure).",
                  MetricType::Gauge, s.sessions_waiting_for_client),
@@ -165,6 +190,7 @@ ServerMetrics::ServerMetrics()
   server_state_mu_ = std::make_shared<absl::Mutex>();
   server_state_ = std::make_shared<std::function<ServerState()>>();
   server_collectable_ = std::make_shared<ServerCollectable>(server_state_mu_, server_state_);
+  process_collectable_ = std::make_shared<ProcessCollectable>();
   // An info metric (value 1): dashboards and benchmark figures can name the
   // kernels the process runs, which the CPU decides at startup.
   BuildGauge()
@@ -252,6 +278,36 @@ ServerMetrics::ServerMetrics()
                            .Help("Tokens sampled.")
                            .Register(*registry_)
                            .Add({});
+  auto& turns = BuildCounter()
+                    .Name("decoded_turns_total")
+                    .Help("Turns ended, by finish reason (stop: a stop token; stop_sequence; length: max_new_tokens; "
+                          "cancelled; context_full; shutdown; error).")
+                    .Register(*registry_);
+  for (serving::FinishReason r :
+       {serving::FinishReason::kStopToken, serving::FinishReason::kStopSequence, serving::FinishReason::kLength,
+        serving::FinishReason::kCancelled, serving::FinishReason::kContextFull, serving::FinishReason::kShutdown,
+        serving::FinishReason::kError}) {
+    turns_by_reason_[static_cast<size_t>(r)] = &turns.Add({{"finish_reason", FinishReasonLabel(r)}});
+  }
+  turn_duration_ = &BuildHistogram()
+                        .Name("decoded_turn_duration_seconds")
+                        .Help("From a turn's acceptance to its end (end-to-end request latency).")
+                        .Register(*registry_)
+                        .Add({}, Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+                                                             120, 300});
+  // Powers of two from 1 to 32768 tokens: prompts and replies alike.
+  Histogram::BucketBoundaries lengths;
+  for (double b = 1; b <= 32768; b *= 2) lengths.push_back(b);
+  turn_prompt_tokens_ = &BuildHistogram()
+                             .Name("decoded_turn_prompt_tokens")
+                             .Help("Prompt tokens of each turn (a BOS the server added included).")
+                             .Register(*registry_)
+                             .Add({}, lengths);
+  turn_generated_tokens_ = &BuildHistogram()
+                                .Name("decoded_turn_generated_tokens")
+                                .Help("Tokens each turn generated.")
+                                .Register(*registry_)
+                                .Add({}, lengths);
 }
 
 void ServerMetrics::SetEngine(const serving::Engine* engine) { engine_->store(engine); }
@@ -263,7 +319,8 @@ void ServerMetrics::SetServerState(std::function<ServerState()> read) {
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> ServerMetrics::Expose(const std::string& address,
                                                                         const std::string& auth_token) {
-  return MetricsEndpoint::Start(address, {registry_, engine_collectable_, server_collectable_}, auth_token);
+  return MetricsEndpoint::Start(address, {registry_, engine_collectable_, server_collectable_, process_collectable_},
+                                auth_token);
 }
 
 void ServerMetrics::SetServing(bool serving) { health_serving_->Set(serving ? 1 : 0); }
@@ -299,6 +356,10 @@ void ServerMetrics::TurnEnded(const serving::TurnEnd& end) {
   queue_time_->Observe(end.timings.queue_ms / 1e3);
   if (end.usage.generated_tokens > 0) ttft_->Observe(end.timings.ttft_ms / 1e3);
   prompt_tokens_->Increment(end.usage.prefilled_tokens);
+  turns_by_reason_[static_cast<size_t>(end.reason)]->Increment();
+  turn_duration_->Observe(end.timings.total_ms / 1e3);
+  turn_prompt_tokens_->Observe(end.usage.prompt_tokens);
+  turn_generated_tokens_->Observe(end.usage.generated_tokens);
 }
 
 void ServerMetrics::TokenGenerated() { generated_tokens_->Increment(); }
@@ -315,6 +376,7 @@ std::string ServerMetrics::Render() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& f : engine_collectable_->Collect()) families.push_back(std::move(f));
   for (auto& f : server_collectable_->Collect()) families.push_back(std::move(f));
+  for (auto& f : process_collectable_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -12,6 +12,7 @@
 #ifndef DECODED_SERVER_METRICS_H_
 #define DECODED_SERVER_METRICS_H_
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -89,6 +90,7 @@ class ServerMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<prometheus::Collectable> engine_collectable_;
   std::shared_ptr<prometheus::Collectable> server_collectable_;
+  std::shared_ptr<prometheus::Collectable> process_collectable_;  // process_* (server/process_metrics.h)
   std::shared_ptr<absl::Mutex> server_state_mu_;
   std::shared_ptr<std::function<ServerState()>> server_state_;
   std::shared_ptr<std::atomic<const serving::Engine*>> engine_;
@@ -112,6 +114,11 @@ class ServerMetrics {
   prometheus::Histogram* batch_size_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
+  // decoded_turns_total by serving::FinishReason (its enumerators in order).
+  std::array<prometheus::Counter*, 7> turns_by_reason_{};
+  prometheus::Histogram* turn_duration_;
+  prometheus::Histogram* turn_prompt_tokens_;
+  prometheus::Histogram* turn_generated_tokens_;
 };
 
 // Holds decoded_sessions_active up for its lifetime, so every exit path of a

@@ -91,6 +91,7 @@ struct TurnTimings {
   double prefill_ms = 0;
   double decode_ms = 0;
   double mean_inter_token_ms = 0;
+  double total_ms = 0;  // acceptance to end: the turn's end-to-end latency
 };
 
 struct TurnEnd {
@@ -248,6 +249,11 @@ struct EngineModelInfo {
 struct EngineStats {
   int64_t sessions_active = 0;  // open sessions (a closed one stops counting at once)
   int64_t turns_queued = 0;   // runnable turns waiting for a worker
+  // Turns accepted whose first step has not run, and turns begun and not
+  // ended: the model server protocol's queued and running requests (Gateway
+  // API Inference Extension).
+  int64_t turns_waiting = 0;
+  int64_t turns_running = 0;
   int64_t workers_busy = 0;
   // Configured limits (EngineOptions), so a scrape can put usage beside them.
   int64_t workers = 0;

@@ -348,8 +348,10 @@ EngineStats Scheduler::Stats() const {
   stats.workers = options_.workers;
   stats.kv_budget_bytes = options_.kv_budget_bytes;
   stats.nonfinite_logits_turns = nonfinite_logits_turns_;
+  stats.turns_waiting = not_started_;
   const Clock::time_point now = Clock::now();
   for (const auto& [id, session] : sessions_) {
+    if (session->turn != nullptr && session->turn_started) ++stats.turns_running;
     if (session->turn != nullptr && !session->closing && !session->running && !session->HasStep()) {
       ++stats.sessions_waiting_for_client;
     }

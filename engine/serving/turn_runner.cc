@@ -231,6 +231,7 @@ TurnEnd TurnRunner::MakeEnd(FinishReason reason) {
   end.timings.ttft_ms = first_token_ ? Millis(*first_token_ - accepted_) : 0;
   end.timings.prefill_ms = prefill_seconds_ * 1e3;
   end.timings.decode_ms = decode_seconds_ * 1e3;
+  end.timings.total_ms = Millis(now - accepted_);
   if (generated_ > 1) end.timings.mean_inter_token_ms = Millis(last_token_ - *first_token_) / (generated_ - 1);
   if (turn_.prompt_logprobs) end.prompt_logprobs = std::move(prompt_logprobs_);
   return end;

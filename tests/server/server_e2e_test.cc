@@ -411,6 +411,58 @@ TEST_F(ServerE2eTest, MetricsScrapeNamesTheMetrics) {
       << body;
 }
 
+// What vLLM and llama-server users look for: turns by finish reason, their
+// end-to-end latency and lengths, the model server protocol's three gauges
+// (queued and running requests, KV utilization 0..1) and the process_*
+// metrics every Prometheus client library exports.
+TEST_F(ServerE2eTest, TurnsProcessAndModelServerProtocolMetrics) {
+  auto scrape = [&] { return HttpGet(server_->metrics_port(), "/metrics"); };
+  const std::string before = scrape();
+  const double length0 = e2e::MetricValue(before, "decoded_turns_total{finish_reason=\"length\"}");
+  const double turns0 = e2e::MetricValue(before, "decoded_turn_duration_seconds_count");
+  const double generated0 = e2e::MetricValue(before, "decoded_turn_generated_tokens_sum");
+  EXPECT_GE(length0, 0) << before;
+  const TurnResult r = Solo(TextTurn("Hello there", 3));
+  ASSERT_TRUE(r.ended);
+  ASSERT_EQ(r.end.finish_reason(), v1::LENGTH);
+  const std::string after = scrape();
+  EXPECT_EQ(e2e::MetricValue(after, "decoded_turns_total{finish_reason=\"length\"}"), length0 + 1);
+  EXPECT_EQ(e2e::MetricValue(after, "decoded_turn_duration_seconds_count"), turns0 + 1);
+  EXPECT_EQ(e2e::MetricValue(after, "decoded_turn_generated_tokens_sum"), generated0 + 3);
+  EXPECT_GE(e2e::MetricValue(after, "decoded_turn_prompt_tokens_count"), 1);
+  // Nothing runs or waits once the turn has ended.
+  EXPECT_EQ(e2e::MetricValue(after, "decoded_requests_waiting"), 0);
+  EXPECT_EQ(e2e::MetricValue(after, "decoded_requests_running"), 0);
+  const double usage = e2e::MetricValue(after, "decoded_kv_cache_usage_ratio");
+  EXPECT_GE(usage, 0);
+  EXPECT_LE(usage, 1);
+  // A turn the client stops reading is running (parked, not ended), and the
+  // session's KV counts in the usage.
+  grpc::ClientContext ctx;
+  auto stream = stub_->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("Once upon a time", 200)));
+  v1::GenerateResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  const std::string during = scrape();
+  EXPECT_EQ(e2e::MetricValue(during, "decoded_requests_running"), 1) << during;
+  const double kv = e2e::MetricValue(during, "decoded_kv_bytes");
+  const double budget = e2e::MetricValue(during, "decoded_kv_budget_bytes");
+  EXPECT_GT(kv, 0);
+  EXPECT_NEAR(e2e::MetricValue(during, "decoded_kv_cache_usage_ratio"), budget > 0 ? kv / budget : 0.0, 1e-6);
+  ctx.TryCancel();
+  stream->Finish();
+  // process_*: the process's own figures, not placeholders.
+  EXPECT_GT(e2e::MetricValue(after, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(e2e::MetricValue(after, "process_virtual_memory_bytes"), 1 << 20);
+  EXPECT_GT(e2e::MetricValue(after, "process_cpu_seconds_total"), 0);
+  EXPECT_GT(e2e::MetricValue(after, "process_open_fds"), 3);
+  EXPECT_GT(e2e::MetricValue(after, "process_max_fds"), 0);
+  const double start = e2e::MetricValue(after, "process_start_time_seconds");
+  const double now = absl::ToUnixSeconds(absl::Now());
+  EXPECT_LE(start, now + 1);
+  EXPECT_GT(start, now - 24 * 3600) << "the start time is not this process's";
+}
+
 // The gauges dashboards put usage beside: health as grpc.health.v1 reports
 // it (0 while loading and after a drain), the configured workers and KV
 // budget (EngineOptions). Runs its own server over the tiny fixture model.
@@ -447,6 +499,9 @@ TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
   const double kv = scrape("decoded_kv_bytes");
   EXPECT_GT(kv, 0);
   EXPECT_LE(kv, 3.0 * (1 << 30));
+  const double usage = scrape("decoded_kv_cache_usage_ratio");
+  EXPECT_GT(usage, 0);
+  EXPECT_NEAR(usage, kv / (3.0 * (1 << 30)), 1e-6 * usage);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 
