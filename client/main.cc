@@ -34,11 +34,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "decoded/version.h"
 #include "client/turn_stream.h"
 #include "engine/utf8_validation.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -374,6 +376,7 @@ int main(int argc, char** argv) {
   // --help lists this file's flags (absl matches flags by their defining file).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "client/main.cc"); };
+  usage.version_string = [] { return absl::StrCat("decoded-cli ", decoded::kVersion, " (", decoded::kRevision, ")\n"); };
   absl::SetFlagsUsageConfig(usage);
   constexpr int kServerError = 1, kBadInput = 2;
   if (std::optional<std::string> unknown = decoded::FirstUnknownFlag(argc, argv)) {

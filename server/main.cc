@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "decoded/version.h"
 #include "engine/backend.h"
 #include "engine/cpu_isa.h"
 #include "engine/device_spec.h"
@@ -244,6 +245,7 @@ int main(int argc, char** argv) {
   // --help lists this file's flags (absl matches flags by their defining file).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); };
+  usage.version_string = [] { return absl::StrCat("decoded ", decoded::kVersion, " (", decoded::kRevision, ")\n"); };
   absl::SetFlagsUsageConfig(usage);
   auto bad_flags = [](const std::string& message) {
     std::cerr << "decoded: " << message << "\n";

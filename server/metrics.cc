@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "decoded/version.h"
 #include "engine/cpu_isa.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -122,6 +123,20 @@ class EngineCollectable final : public prometheus::Collectable {
       m.gauge.value = 1;
       info.metric.push_back(m);
       families.push_back(std::move(info));
+      // What runs and on what model, as vLLM's and TGI's info metrics say:
+      // the build (version, git revision) and the served model.
+      prometheus::MetricFamily build;
+      build.name = "decoded_build_info";
+      build.help = "The daemon's version and git revision, and the model it serves (GGUF general.name, family).";
+      build.type = MetricType::Gauge;
+      prometheus::ClientMetric b;
+      b.label = {{"version", kVersion},
+                 {"revision", kRevision},
+                 {"model", engine->ModelInfo().name},
+                 {"family", engine->ModelInfo().family}};
+      b.gauge.value = 1;
+      build.metric.push_back(b);
+      families.push_back(std::move(build));
     }
     return families;
   }

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "decoded/version.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
@@ -171,6 +173,7 @@ TEST(CliTest, HelpAndVersionAreAnsweredAndUndefokNamesMayBeGiven) {
   EXPECT_FALSE(absl::StrContains(run.err, "unknown flag")) << run.err;
   run = RunCli({"--version"});
   EXPECT_EQ(run.exit_status, 0) << run.err;
+  EXPECT_EQ(run.out, absl::StrCat("decoded-cli ", kVersion, " (", kRevision, ")\n")) << run.err;
   run = RunCli({kNoServer, "--prompt", "hi", "--undefok=no_such_flag", "--no_such_flag=1"});
   EXPECT_EQ(run.exit_status, 1) << run.err;  // reaches the absent server
   EXPECT_FALSE(absl::StrContains(run.err, "unknown flag")) << run.err;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "decoded/version.h"
 #include "engine/cpu_isa.h"
 #include "engine/runtime.h"
 #include "engine/serving/engine.h"
@@ -451,6 +452,11 @@ TEST_F(ServerE2eTest, TurnsProcessAndModelServerProtocolMetrics) {
   EXPECT_NEAR(e2e::MetricValue(during, "decoded_kv_cache_usage_ratio"), budget > 0 ? kv / budget : 0.0, 1e-6);
   ctx.TryCancel();
   stream->Finish();
+  // What runs, on which model.
+  EXPECT_TRUE(absl::StrContains(after, absl::StrCat("decoded_build_info{version=\"", kVersion, "\",revision=\"",
+                                                    kRevision, "\",model=\"", server_->engine()->ModelInfo().name,
+                                                    "\",family=\"gemma3\"} 1")))
+      << after;
   // process_*: the process's own figures, not placeholders.
   EXPECT_GT(e2e::MetricValue(after, "process_resident_memory_bytes"), 1 << 20);
   EXPECT_GT(e2e::MetricValue(after, "process_virtual_memory_bytes"), 1 << 20);
