@@ -8,6 +8,7 @@
 #include "engine/cpu_isa.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+#include "server/one_value_family.h"
 #include "server/process_metrics.h"
 
 namespace decoded::server {
@@ -24,22 +25,6 @@ const Histogram::BucketBoundaries& LatencyBuckets() {
   static const Histogram::BucketBoundaries* b = new Histogram::BucketBoundaries{
       0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   return *b;
-}
-
-prometheus::MetricFamily OneValue(const std::string& name, const std::string& help, prometheus::MetricType type,
-                                  double value) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = type;
-  prometheus::ClientMetric m;
-  if (type == prometheus::MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  family.metric.push_back(m);
-  return family;
 }
 
 const char* FinishReasonLabel(serving::FinishReason r) {

@@ -11,24 +11,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "server/one_value_family.h"
 
 namespace decoded::server {
 namespace {
-
-prometheus::MetricFamily Family(const char* name, const char* help, prometheus::MetricType type, double value) {
-  prometheus::MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = type;
-  prometheus::ClientMetric m;
-  if (type == prometheus::MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f.metric.push_back(m);
-  return f;
-}
 
 std::optional<std::string> ReadFile(const char* path) {
   std::ifstream in(path);
@@ -82,27 +68,27 @@ std::vector<prometheus::MetricFamily> ProcessCollectable::Collect() const {
   if (std::optional<std::vector<std::string>> f = StatFields(); f && f->size() > 21 && ticks > 0) {
     double utime = 0, stime = 0, start = 0, vsize = 0, rss = 0;
     if (absl::SimpleAtod((*f)[11], &utime) && absl::SimpleAtod((*f)[12], &stime)) {
-      out.push_back(Family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+      out.push_back(OneValue("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
                            MetricType::Counter, (utime + stime) / ticks));
     }
     if (absl::SimpleAtod((*f)[20], &vsize)) {
-      out.push_back(Family("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, vsize));
+      out.push_back(OneValue("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, vsize));
     }
     if (absl::SimpleAtod((*f)[21], &rss)) {
-      out.push_back(Family("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge,
+      out.push_back(OneValue("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge,
                            rss * page));
     }
     if (std::optional<double> boot = BootTimeSeconds(); boot && absl::SimpleAtod((*f)[19], &start)) {
-      out.push_back(Family("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+      out.push_back(OneValue("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
                            MetricType::Gauge, *boot + start / ticks));
     }
   }
   if (std::optional<int> fds = OpenFds()) {
-    out.push_back(Family("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, *fds));
+    out.push_back(OneValue("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, *fds));
   }
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    out.push_back(Family("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge,
+    out.push_back(OneValue("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge,
                          static_cast<double>(limit.rlim_cur)));
   }
   return out;

@@ -650,43 +650,40 @@ TEST_F(SchedulerTest, StatsReportTheAgeOfTheRunningStep) {
   EXPECT_EQ(sched->Stats().longest_running_step_seconds, 0);
 }
 
+// Prefills a 300-token prompt on session a while session b, submitted first,
+// decodes 40 tokens beside it (b is queued behind a whenever a is picked);
+// returns the sizes of a's prefill chunks (b's prefill is its one token).
+std::vector<size_t> LongPromptChunksBesideADecodingSession(Scheduler& sched, FakeWorld& world) {
+  SessionId a = *sched.Open();
+  SessionId b = *sched.Open();
+  RecordingSink sa, sb;
+  world.Pause();
+  EXPECT_TRUE(sched.Submit(b, Turn({1}, 40), &sb).ok());
+  EXPECT_TRUE(sched.Submit(a, Turn(std::vector<int32_t>(300, 1), 1), &sa).ok());
+  world.Resume();
+  EXPECT_TRUE(sa.WaitEnd());
+  EXPECT_TRUE(sb.WaitEnd());
+  std::vector<size_t> a_chunks;
+  absl::MutexLock l(&world.mu);
+  for (size_t n : world.prefill_sizes) {
+    if (n > 1) a_chunks.push_back(n);
+  }
+  world.prefill_sizes.clear();
+  return a_chunks;
+}
+
 // A long prompt is prefilled in small chunks while another session waits, and
 // in full chunks when it runs alone.
 TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
   auto sched = MakeScheduler(1, 8, 8, 1024);
-  SessionId a = *sched->Open();
-  SessionId b = *sched->Open();
-  RecordingSink sa, sb;
-  std::vector<int32_t> long_prompt(300, 1);
-  // b first: whenever a is picked, b is queued behind it (b's steps are
-  // held by the pause until a has been submitted).
-  world_.Pause();
-  ASSERT_TRUE(sched->Submit(b, Turn({1}, 40), &sb).ok());
-  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &sa).ok());
-  world_.Resume();
-  ASSERT_TRUE(sa.WaitEnd());
-  ASSERT_TRUE(sb.WaitEnd());
-  std::vector<size_t> sizes;
-  {
-    absl::MutexLock l(&world_.mu);
-    sizes = world_.prefill_sizes;
-  }
-  // b prefills one token; a's 300 come in chunks of kSharedPrefillChunk while
-  // b is decoding, so a needs at least 300 / 32 calls.
-  size_t a_calls = 0;
-  for (size_t n : sizes) {
-    if (n > 1) {
-      ++a_calls;
-      EXPECT_LE(n, static_cast<size_t>(kSharedPrefillChunk));
-    }
-  }
-  EXPECT_GE(a_calls, 300 / kSharedPrefillChunk);
-  {
-    absl::MutexLock l(&world_.mu);
-    world_.prefill_sizes.clear();
-  }
+  // a's 300 tokens come in chunks of kSharedPrefillChunk while b is decoding,
+  // so a needs at least 300 / 32 calls.
+  const std::vector<size_t> a_chunks = LongPromptChunksBesideADecodingSession(*sched, world_);
+  for (size_t n : a_chunks) EXPECT_LE(n, static_cast<size_t>(kSharedPrefillChunk));
+  EXPECT_GE(a_chunks.size(), static_cast<size_t>(300 / kSharedPrefillChunk));
+  SessionId alone_session = *sched->Open();
   RecordingSink alone;
-  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &alone).ok());
+  ASSERT_TRUE(sched->Submit(alone_session, Turn(std::vector<int32_t>(300, 1), 1), &alone).ok());
   ASSERT_TRUE(alone.WaitEnd());
   absl::MutexLock l(&world_.mu);
   EXPECT_EQ(world_.prefill_sizes.front(), static_cast<size_t>(kMaxPrefillChunk));
@@ -699,26 +696,10 @@ TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
 TEST_F(SchedulerTest, PrefillChunksStayFullWhereTheirSizeChangesResults) {
   world_.chunk_dependent_prefill = true;
   auto sched = MakeScheduler(1, 8, 8, 1024);
-  SessionId a = *sched->Open();
-  SessionId b = *sched->Open();
-  RecordingSink sa, sb;
-  std::vector<int32_t> long_prompt(300, 1);
-  world_.Pause();
-  ASSERT_TRUE(sched->Submit(b, Turn({1}, 40), &sb).ok());
-  ASSERT_TRUE(sched->Submit(a, Turn(long_prompt, 1), &sa).ok());
-  world_.Resume();
-  ASSERT_TRUE(sa.WaitEnd());
-  ASSERT_TRUE(sb.WaitEnd());
-  std::vector<size_t> a_chunks;
-  {
-    absl::MutexLock l(&world_.mu);
-    for (size_t n : world_.prefill_sizes) {
-      if (n > 1) a_chunks.push_back(n);
-    }
-  }
   // 300 = 128 + 128 + 44, as alone.
-  EXPECT_EQ(a_chunks, (std::vector<size_t>{static_cast<size_t>(kMaxPrefillChunk), static_cast<size_t>(kMaxPrefillChunk),
-                                           static_cast<size_t>(300 - 2 * kMaxPrefillChunk)}));
+  EXPECT_EQ(LongPromptChunksBesideADecodingSession(*sched, world_),
+            (std::vector<size_t>{static_cast<size_t>(kMaxPrefillChunk), static_cast<size_t>(kMaxPrefillChunk),
+                                 static_cast<size_t>(300 - 2 * kMaxPrefillChunk)}));
 }
 
 // Sessions reserve KV at open; the budget caps how many fit.
