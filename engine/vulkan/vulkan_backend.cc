@@ -7,7 +7,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/vulkan/kernels.h"
 #include "engine/vulkan/vulkan_buffer.h"
 #include "engine/vulkan/vulkan_executor.h"
 
@@ -54,9 +53,7 @@ class VulkanBackend final : public Backend, public WeightStore {
   }
   int64_t validation_messages() const override { return device_->validation_messages(); }
   // Chunks of TiledMatMulMinRows rows or more take the tiled mat-mat.
-  bool prefill_depends_on_chunk_rows() const override {
-    return device_->shared_memory_bytes() >= kTiledMatMulSharedBytes;
-  }
+  bool prefill_depends_on_chunk_rows() const override { return TiledMatMulAvailable(*device_); }
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes, BufferAccess access) override {
     auto b = Buffer::Create(device_, bytes,

@@ -84,6 +84,7 @@ absl::Status CheckWeightKernel(const Graph& g, const Node& n, bool get_rows) {
 }  // namespace
 
 int64_t TiledMatMulMinRows(const Device& device) { return device.is_cpu() ? 48 : 16; }
+bool TiledMatMulAvailable(const Device& device) { return device.shared_memory_bytes() >= kTiledMatMulSharedBytes; }
 
 PlanStats GetPlanStats() {
   return {g_recordings.load(), g_submissions.load(), g_dispatches.load(), g_tiled_matmuls.load()};
@@ -290,7 +291,7 @@ class Plan final : public CompiledPlan {
   // says the same).
   bool UseTiledMatMul(const Node& n, const Node& x) const {
     return n.op == Op::kMatMul && graph_.rows_are_one_sequence() && x.rows >= TiledMatMulMinRows(*device_) &&
-           device_->shared_memory_bytes() >= kTiledMatMulSharedBytes;
+           TiledMatMulAvailable(*device_);
   }
 
   // Weight rows per 64-invocation workgroup of the mat-vec kernels: one per

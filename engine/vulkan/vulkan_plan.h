@@ -61,6 +61,8 @@ absl::StatusOr<std::unique_ptr<CompiledPlan>> CompilePlan(std::shared_ptr<Device
 // at 48, 1.48x at 64). A GPU: 16, not yet measured (llama.cpp's Vulkan
 // backend keeps its mat-vec up to 8 columns).
 int64_t TiledMatMulMinRows(const Device& device);
+// Whether `device` has the shared memory the tiled mat-mat needs.
+bool TiledMatMulAvailable(const Device& device);
 
 // Process-wide counts, for tests, benchmarks and metrics.
 struct PlanStats {
