@@ -84,9 +84,13 @@ void GenerateReactor::HandleRequest() {
     status = Acknowledge(request_.ack().events());
   } else if (request_.has_turn()) {
     std::optional<grpc::Status> finish;
+    // The drain may have begun without reaching this stream yet (it visits
+    // the streams one by one): a turn read after it began is refused too.
+    const bool server_draining = services_.registry->draining();
     bool draining;
     {
       absl::MutexLock lock(&mu_);
+      if (server_draining) draining_ = true;
       draining = draining_;
       if (draining) {
         // The turn is refused by the stream ending UNAVAILABLE, but only once

@@ -68,6 +68,11 @@ void StreamRegistry::StartDrain() {
   }
 }
 
+bool StreamRegistry::draining() const {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
 void StreamRegistry::ExpireIdle(const IdleTimeouts& timeouts) {
   const auto now = std::chrono::steady_clock::now();
   for (OpenStream* s : RefAll()) {

@@ -73,6 +73,9 @@ class StreamRegistry {
   void Remove(OpenStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   // Calls StartDrain on every open stream; later Adds fail.
   void StartDrain() ABSL_LOCKS_EXCLUDED(mu_);
+  // True from the start of StartDrain, before it reaches each stream: a turn
+  // read meanwhile on a stream it has yet to reach is refused all the same.
+  bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
   // Calls ExpireIfIdle on every open stream.
   void ExpireIdle(const IdleTimeouts& timeouts) ABSL_LOCKS_EXCLUDED(mu_);
   // True once no stream is open; false if `deadline` passed first.

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <dirent.h>
 #include <string>
 #include <thread>
@@ -590,6 +591,29 @@ TEST(StreamRegistryTest, BoundsOpenStreamsAndReachesEachOne) {
   EXPECT_EQ(b.drains, 1);
   EXPECT_EQ(registry.Add(&c).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(a.refs + b.refs + c.refs, 0);
+}
+
+// The drain visits streams one by one; a turn read on a stream it has yet to
+// reach must see the drain already (the reactor asks draining()), so the
+// registry says so before it reaches the first stream.
+TEST(StreamRegistryTest, DrainingIsVisibleBeforeTheDrainReachesAnyStream) {
+  StreamRegistry registry(4);
+  struct Probe final : public OpenStream {
+    explicit Probe(const StreamRegistry* r) : registry(r) {}
+    bool TryRef() override { return true; }
+    void Unref() override {}
+    void StartDrain() override { saw_draining = registry->draining(); }
+    void ExpireIfIdle(std::chrono::steady_clock::time_point, const IdleTimeouts&) override {}
+    const StreamRegistry* registry;
+    std::optional<bool> saw_draining;
+  };
+  Probe a(&registry), b(&registry);
+  ASSERT_TRUE(registry.Add(&a).ok());
+  ASSERT_TRUE(registry.Add(&b).ok());
+  EXPECT_FALSE(registry.draining());
+  registry.StartDrain();
+  EXPECT_EQ(a.saw_draining, std::optional<bool>(true));
+  EXPECT_EQ(b.saw_draining, std::optional<bool>(true));
 }
 
 TEST(BearerTokenTest, MatchesTheSchemeInAnyCaseAndTheTokenExactly) {
