@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <exception>
+#include <sstream>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,6 +18,8 @@
 #include "CivetServer.h"
 #include "civetweb.h"
 #include "server/bearer_token.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
 #include "server/numeric_address.h"
 
 namespace decoded::server {
@@ -57,6 +60,34 @@ absl::flat_hash_map<int, std::string>& TokensByPort() ABSL_EXCLUSIVE_LOCKS_REQUI
 
 }  // namespace
 
+// GET /metrics: every live collectable's families, in the text format.
+class MetricsEndpoint::Handler final : public CivetHandler {
+ public:
+  explicit Handler(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables)
+      : collectables_(collectables.begin(), collectables.end()) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    std::vector<prometheus::MetricFamily> families;
+    for (const std::weak_ptr<prometheus::Collectable>& weak : collectables_) {
+      std::shared_ptr<prometheus::Collectable> collectable = weak.lock();
+      if (collectable == nullptr) continue;
+      for (prometheus::MetricFamily& f : collectable->Collect()) families.push_back(std::move(f));
+    }
+    std::ostringstream body;
+    prometheus::TextSerializer().Serialize(body, families);
+    const std::string text = body.str();
+    mg_printf(conn,
+              "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+              "Content-Length: %zu\r\n\r\n",
+              text.size());
+    mg_write(conn, text.data(), text.size());
+    return true;
+  }
+
+ private:
+  const std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;  // set once, read by every thread
+};
+
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
     const std::string& auth_token) {
@@ -77,18 +108,19 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
       "num_threads", std::to_string(kMetricsThreads),
       "request_timeout_ms", std::to_string(absl::ToInt64Milliseconds(kMetricsRequestTimeout)),
   };
+  endpoint->handler_ = std::make_unique<Handler>(collectables);
   try {
-    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(std::move(options), callbacks);
+    endpoint->server_ = std::make_unique<CivetServer>(std::move(options), callbacks);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
   }
   if (callbacks != nullptr) {
-    // begin_request sees only the connection (civetweb's user data is the
-    // Exposer's): the token is found by the listening port it came in on.
+    // begin_request sees only the connection: the token is found by the
+    // listening port it came in on.
     absl::MutexLock lock(&TokensMutex());
     TokensByPort()[endpoint->port()] = auth_token;
   }
-  for (const auto& c : collectables) endpoint->exposer_->RegisterCollectable(c);
+  endpoint->server_->addHandler("/metrics", endpoint->handler_.get());
   return endpoint;
 }
 
@@ -111,16 +143,18 @@ int MetricsEndpoint::CheckToken(mg_connection* conn) {
 }
 
 int MetricsEndpoint::port() const {
-  std::vector<int> ports = exposer_->GetListeningPorts();
+  if (server_ == nullptr) return 0;  // Start failed
+  std::vector<int> ports = server_->getListeningPorts();
   return ports.empty() ? 0 : ports.front();
 }
 
 MetricsEndpoint::~MetricsEndpoint() {
+  if (server_ == nullptr) return;  // Start failed: nothing listens
   if (!auth_token_.empty()) {
     absl::MutexLock lock(&TokensMutex());
     TokensByPort().erase(port());
   }
-  // The Exposer's destructor sets civetweb's stop flag and then waits for the
+  // CivetServer's close() sets civetweb's stop flag and then waits for the
   // accept loop; pokes until it returns make that loop wake and see the flag.
   const int port = this->port();
   std::atomic<bool> stopped{false};
@@ -130,7 +164,7 @@ MetricsEndpoint::~MetricsEndpoint() {
       if (!stopped.load()) Poke(host, port);
     }
   });
-  exposer_.reset();
+  server_->close();
   stopped = true;
   waker.join();
 }

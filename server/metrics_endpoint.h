@@ -1,5 +1,11 @@
-// The Prometheus /metrics HTTP endpoint: prometheus-cpp's Exposer (civetweb)
-// on one address, serving the registered collectables.
+// The Prometheus /metrics HTTP endpoint: a civetweb server on one address
+// whose one handler serializes the registered collectables with
+// prometheus-cpp's TextSerializer (text format 0.0.4).
+//
+// Not prometheus::Exposer: it adds its own exposer_request_latencies summary,
+// whose quantiles are NaN until a scrape has been timed and again after a
+// minute without one, which tools that read every series (dashboards, the
+// Gateway API endpoint picker's parser) trip over.
 //
 // Slow clients cannot starve scrapes: civetweb gives each connection one of
 // kMetricsThreads worker threads for as long as it reads the request, and
@@ -32,9 +38,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
 
 struct mg_connection;  // civetweb.h
+class CivetServer;     // CivetServer.h
+struct CivetCallbacks;  // civetweb.h
 
 namespace decoded::server {
 
@@ -45,7 +52,8 @@ class MetricsEndpoint {
  public:
   // Serves `collectables` at http://`address`/metrics ("host:port"; port 0
   // picks a free one). INVALID_ARGUMENT when the address cannot be bound
-  // (prometheus-cpp throws; the exception stops here).
+  // (civetweb throws; the exception stops here). The endpoint holds the
+  // collectables weakly: one whose owner let it go is no longer scraped.
   // `auth_token` non-empty: requests must carry it as a bearer token.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
       const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
@@ -61,9 +69,12 @@ class MetricsEndpoint {
   // civetweb's begin_request: 401 unless the bearer token matches.
   static int CheckToken(::mg_connection* conn);
 
+  class Handler;
+
   std::string auth_token_;
-  std::unique_ptr<CivetCallbacks> callbacks_;  // outlives the exposer
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<CivetCallbacks> callbacks_;  // outlives the server
+  std::unique_ptr<Handler> handler_;           // outlives the server
+  std::unique_ptr<CivetServer> server_;
   std::string host_;  // where to connect to wake the accept loop
 };
 

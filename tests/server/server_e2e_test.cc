@@ -16,6 +16,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "decoded/version.h"
@@ -481,6 +483,23 @@ TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
   auto scrape = [&](const std::string& series) {
     return e2e::MetricValue(HttpGet((*server)->metrics_port(), "/metrics"), series);
   };
+  // The first scrape of a fresh server: every sample is a number. (The
+  // prometheus-cpp Exposer's own exposer_request_latencies summary read "Nan"
+  // for each quantile here.)
+  {
+    const std::string first = HttpGet((*server)->metrics_port(), "/metrics");
+    const size_t body = first.find("\r\n\r\n");
+    ASSERT_NE(body, std::string::npos) << first;
+    int samples = 0;
+    for (absl::string_view line : absl::StrSplit(absl::string_view(first).substr(body + 4), '\n')) {
+      if (line.empty() || line.front() == '#') continue;
+      ++samples;
+      const absl::string_view value = line.substr(line.rfind(' ') + 1);
+      EXPECT_FALSE(absl::EqualsIgnoreCase(value, "nan")) << line;  // prometheus-cpp writes "Nan"
+    }
+    EXPECT_GT(samples, 20);
+    EXPECT_FALSE(absl::StrContains(first, "exposer_")) << first;
+  }
   EXPECT_EQ(scrape("decoded_health_serving"), 0);  // loading
   EXPECT_EQ(scrape("decoded_workers"), 0);         // no engine yet
 
