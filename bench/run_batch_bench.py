@@ -45,34 +45,13 @@ Prefill against llama.cpp is bench/run_bench.py's job.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llamacpp_batched_bench import llamacpp_batched  # noqa: E402
 from run_bench import read_bandwidth_gbs, weight_bytes_per_token  # noqa: E402
-
-
-def cpu_model_name():
-    """lscpu's "Model name" (the host CPU as the figures should name it)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def free_port():
-    """A TCP port free on 127.0.0.1 now (the daemon binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from daemon import cpu_model_name, running_daemon  # noqa: E402
 
 
 def ours_inprocess(build, model, threads, sizes, n_prompt, n_steps, repeats):
@@ -84,34 +63,10 @@ def ours_inprocess(build, model, threads, sizes, n_prompt, n_steps, repeats):
 
 
 def ours_daemon(build, model, threads, sizes, n_prompt, n_steps, repeats, max_batch=16, max_sessions=32):
-    """Starts `decoded` with `threads` compute threads and one worker, waits for
-    its health check to answer SERVING, runs grpc_concurrency_bench at every N
-    and stops the daemon (SIGTERM; it drains)."""
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
-    # The daemon's log goes to a file, not a pipe nobody reads while it runs.
-    log = tempfile.TemporaryFile(mode="w+")
-    daemon = subprocess.Popen([os.path.join(build, "server", "decoded"), f"--model={model}", f"--listen={addr}",
-                               "--metrics_listen=", f"--threads={threads}", "--workers=1",
-                               f"--max_batch={max_batch}", f"--max_sessions={max_sessions}"],
-                              stdout=log, stderr=subprocess.STDOUT)
-
-    def log_tail():
-        log.seek(0)
-        return log.read()[-2000:]
-
-    try:
-        cli = os.path.join(build, "client", "decoded-cli")
-        deadline = time.monotonic() + 180
-        while True:
-            if daemon.poll() is not None:
-                raise RuntimeError(f"decoded exited with {daemon.returncode}: {log_tail()}")
-            if subprocess.run([cli, f"--server={addr}", "--health", "--health_timeout_seconds=2"],
-                              capture_output=True).returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"decoded did not report SERVING within 180 s: {log_tail()}")
-            time.sleep(0.5)
+    """Starts `decoded` with `threads` compute threads and one worker, runs
+    grpc_concurrency_bench at every N and stops the daemon."""
+    flags = [f"--threads={threads}", "--workers=1", f"--max_batch={max_batch}", f"--max_sessions={max_sessions}"]
+    with running_daemon(build, model, flags) as (addr, _):
         out = subprocess.run([os.path.join(build, "bench", "grpc_concurrency_bench"), f"--server={addr}",
                               "--streams=" + ",".join(str(n) for n in sizes), f"--prompt_tokens={n_prompt}",
                               f"--tokens={n_steps + 1}", f"--repeats={repeats}"],
@@ -119,14 +74,6 @@ def ours_daemon(build, model, threads, sizes, n_prompt, n_steps, repeats, max_ba
         if out.returncode != 0:
             raise RuntimeError(f"grpc_concurrency_bench failed: {out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
-    finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        log.close()
 
 
 def ratio(a, b):
