@@ -235,6 +235,8 @@ absl::Status PrepareStep(const DecodeModel& model, absl::Span<const DecodeRow> r
     return absl::InvalidArgumentError(absl::StrCat(rows.size(), " rows exceed the plan's ", plan_rows));
   }
   const int32_t vocab = model.dims().vocab;
+  DecodeTokenHost& host = session.host;
+  host.positions.resize(static_cast<size_t>(plan_rows));
   for (size_t i = 0; i < rows.size(); ++i) {
     const DecodeRow& r = rows[i];
     if (r.kv == nullptr) return absl::InvalidArgumentError(absl::StrCat("row ", i, " has no KV cache"));
@@ -243,24 +245,23 @@ absl::Status PrepareStep(const DecodeModel& model, absl::Span<const DecodeRow> r
           absl::StrCat("token id ", r.token, " of row ", i, " is outside the vocabulary [0, ", vocab, ")"));
     }
     if (auto s = CheckKvGeometry(model, *r.kv); !s.ok()) return s;
-    if (auto s = r.kv->CheckWrite(1); !s.ok()) return s;
-    // Two rows on one cache would write the same position.
-    for (size_t j = 0; j < i; ++j) {
-      if (rows[j].kv->allocation_id() == r.kv->allocation_id()) {
-        return absl::InvalidArgumentError(absl::StrCat("rows ", j, " and ", i, " address the same KV cache"));
-      }
-    }
+    // The rows on one cache are a span of its sequence: the k-th of them (in
+    // row order) appends at write_offset() + k and attends over the k before
+    // it too, which this step writes first (a layer's KV write covers every
+    // row before its attention reads any).
+    int32_t earlier = 0;
+    for (size_t j = 0; j < i; ++j) earlier += rows[j].kv->allocation_id() == r.kv->allocation_id() ? 1 : 0;
+    if (auto s = r.kv->CheckWrite(earlier + 1); !s.ok()) return s;
+    host.positions[i] = r.kv->write_offset() + earlier;
   }
   const int64_t stride = KvRowStride(model.dims().n_layers);
-  DecodeTokenHost& host = session.host;
   host.token_ids.resize(static_cast<size_t>(plan_rows));
-  host.positions.resize(static_cast<size_t>(plan_rows));
   host.kv_rows.resize(static_cast<size_t>(plan_rows * stride));
   for (int32_t i = 0; i < plan_rows; ++i) {
     const bool real = i < static_cast<int32_t>(rows.size());
     KvCache& kv = real ? *rows[static_cast<size_t>(i)].kv : *session.pad_kv;
     host.token_ids[static_cast<size_t>(i)] = real ? rows[static_cast<size_t>(i)].token : 0;
-    host.positions[static_cast<size_t>(i)] = real ? kv.write_offset() : 0;
+    if (!real) host.positions[static_cast<size_t>(i)] = 0;
     kv.FillKvRow(host.kv_rows.data() + i * stride);
   }
   // compute_decode_token_host copies ids/positions onto themselves: no-ops.

@@ -21,9 +21,15 @@
 // session decoded alone. The single-session step is the one-row case of the
 // same code.
 //
+// A row is one token of one sequence. Several rows may name one cache: they
+// are a span of that sequence, appended at consecutive positions in row
+// order (a prefill chunk riding in a decode step); each attends over the rows
+// before it, so a span's logits are byte-identical to its tokens decoded one
+// step each.
+//
 // Every step checks on the host, before anything runs, each row's KV cache
-// (geometry == the model's, a free position: RESOURCE_EXHAUSTED otherwise; in
-// a batch, no cache twice: INVALID_ARGUMENT) and token id (INVALID_ARGUMENT).
+// (geometry == the model's, a free position for every row on it:
+// RESOURCE_EXHAUSTED otherwise) and token id (INVALID_ARGUMENT).
 // A held plan whose PlanKey no longer matches (another weights instance,
 // another row count) is rebuilt, never reused.
 #ifndef DECODED_ENGINE_DECODE_DRIVER_H_
@@ -55,8 +61,9 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
                                                            absl::Span<const int32_t> tokens, bool all_logits,
                                                            Executor& executor);
 
-// One row of a D2 step: a decode session's KV cache and the token it appends
-// there (at kv->write_offset()).
+// One row of a D2 step: a sequence's KV cache and the token it appends there:
+// at kv->write_offset() + k, k the number of earlier rows of the step on the
+// same cache.
 struct DecodeRow {
   KvCache* kv = nullptr;
   int32_t token = 0;
@@ -67,8 +74,8 @@ struct DecodeRow {
 // rows.size(), the rest being padding) and returns the logits of the rows
 // [rows.size(), vocab], row-major, valid until the next call on the session.
 // INVALID_ARGUMENT: no rows, more rows than plan_rows, a bad token, a cache
-// twice or of another geometry; RESOURCE_EXHAUSTED: a full cache. Nothing is
-// written on error.
+// of another geometry; RESOURCE_EXHAUSTED: a cache without room for its rows.
+// Nothing is written on error.
 absl::StatusOr<absl::Span<const float>> forward_batch_persistent(const DecodeModel& model,
                                                                  absl::Span<const DecodeRow> rows, int32_t plan_rows,
                                                                  DecodeSession& session, Executor& executor);

@@ -212,6 +212,117 @@ std::string FixtureName(const ::testing::TestParamInfo<FixtureCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchFixtureTest, ::testing::ValuesIn(kFixtures), FixtureName);
 
+// A span: several rows of one step on one cache (a prefill chunk riding in
+// a decode step beside other sessions' decode rows). Each of its rows must
+// equal that token decoded alone by D1 at its position, byte for byte, and
+// the other sessions' rows their solo logits; twice, so the second step runs
+// the held plan rebound (spans of other lengths, in other row slots).
+TEST_P(BatchFixtureTest, ASpanOfOneSequenceEqualsItsTokensDecodedOneByOne) {
+  Loaded l = Load(testing::TestDataPath(GetParam().file));
+  ASSERT_NE(l.model, nullptr);
+  const DecodeModel& m = *l.model;
+  CpuExecutor ex(2);
+  constexpr int32_t kCapacity = 64;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> tok(3, m.dims().vocab - 1);
+  auto ids = [&](int n) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; ++i) v.push_back(tok(rng));
+    return v;
+  };
+  // Sequence A: a prompt, then spans of 9 and 4 tokens; B and C decode one
+  // token per step beside it.
+  const std::vector<int32_t> prompt_a = ids(6), prompt_b = ids(3), prompt_c = ids(11);
+  const std::vector<std::vector<int32_t>> spans = {ids(9), ids(4)};
+  const std::vector<int32_t> next_b = ids(2), next_c = ids(2);
+
+  // The oracle: every token through D1, one step each.
+  auto solo = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens) {
+    auto kv = NewKv(m, kCapacity);
+    std::vector<std::vector<float>> out;
+    EXPECT_TRUE(forward_with_kv_context(m, *kv, prompt, false, ex).ok());
+    for (int32_t t : tokens) {
+      auto logits = forward_with_kv_context(m, *kv, std::vector<int32_t>{t}, false, ex);
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      out.push_back(logits.ok() ? *std::move(logits) : std::vector<float>{});
+    }
+    return out;
+  };
+  std::vector<int32_t> all_a = spans[0];
+  all_a.insert(all_a.end(), spans[1].begin(), spans[1].end());
+  const auto want_a = solo(prompt_a, all_a), want_b = solo(prompt_b, next_b), want_c = solo(prompt_c, next_c);
+
+  auto a = NewKv(m, kCapacity), b = NewKv(m, kCapacity), c = NewKv(m, kCapacity);
+  ASSERT_TRUE(forward_with_kv_context(m, *a, prompt_a, false, ex).ok());
+  ASSERT_TRUE(forward_with_kv_context(m, *b, prompt_b, false, ex).ok());
+  ASSERT_TRUE(forward_with_kv_context(m, *c, prompt_c, false, ex).ok());
+  DecodeSession plan;
+  const int64_t builds0 = GetEngineCounters().graph_builds;
+  const size_t vocab = static_cast<size_t>(m.dims().vocab);
+  size_t a_done = 0;
+  for (size_t step = 0; step < spans.size(); ++step) {
+    // B first, then A's span, then C (the second step: C, A, B).
+    std::vector<DecodeRow> rows;
+    std::vector<std::pair<char, size_t>> what;  // sequence, index into its oracle
+    auto add_a = [&] {
+      for (size_t k = 0; k < spans[step].size(); ++k) {
+        rows.push_back({a.get(), spans[step][k]});
+        what.push_back({'a', a_done + k});
+      }
+    };
+    if (step == 0) {
+      rows.push_back({b.get(), next_b[step]});
+      what.push_back({'b', step});
+      add_a();
+      rows.push_back({c.get(), next_c[step]});
+      what.push_back({'c', step});
+    } else {
+      rows.push_back({c.get(), next_c[step]});
+      what.push_back({'c', step});
+      add_a();
+      rows.push_back({b.get(), next_b[step]});
+      what.push_back({'b', step});
+    }
+    auto logits = forward_batch_persistent(m, rows, 16, plan, ex);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto& [seq, k] = what[r];
+      const std::vector<float>& want = seq == 'a' ? want_a[k] : seq == 'b' ? want_b[k] : want_c[k];
+      EXPECT_TRUE(SameBytes(logits->subspan(r * vocab, vocab), want))
+          << "step " << step << " row " << r << ": sequence " << seq << " token " << k;
+    }
+    a_done += spans[step].size();
+  }
+  EXPECT_EQ(a->cached_len(), static_cast<int32_t>(prompt_a.size() + all_a.size()));
+  EXPECT_EQ(b->cached_len(), static_cast<int32_t>(prompt_b.size() + next_b.size()));
+  EXPECT_EQ(GetEngineCounters().graph_builds - builds0, 1) << "the second step rebuilt the plan";
+}
+
+// The control: the same span with its rows in reverse order appends them at
+// the other positions, so its logits must differ from the oracle's.
+TEST(BatchDecodeTest, ASpanInAnotherOrderIsCaught) {
+  Loaded l = Load(testing::TestDataPath("gemma3_tiny_swa.gguf"));
+  ASSERT_NE(l.model, nullptr);
+  const DecodeModel& m = *l.model;
+  CpuExecutor ex(1);
+  const std::vector<int32_t> prompt = {5, 9, 14}, span = {21, 7, 33, 12};
+  auto oracle = NewKv(m, 16);
+  ASSERT_TRUE(forward_with_kv_context(m, *oracle, prompt, false, ex).ok());
+  auto want = forward_with_kv_context(m, *oracle, span, /*all_logits=*/true, ex);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto kv = NewKv(m, 16);
+  ASSERT_TRUE(forward_with_kv_context(m, *kv, prompt, false, ex).ok());
+  std::vector<DecodeRow> rows;
+  for (auto it = span.rbegin(); it != span.rend(); ++it) rows.push_back({kv.get(), *it});
+  DecodeSession plan;
+  auto got = forward_batch_persistent(m, rows, 4, plan, ex);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const size_t vocab = static_cast<size_t>(m.dims().vocab);
+  // Row 0 now holds the last token at the first position: not the oracle's last row.
+  EXPECT_FALSE(SameBytes(got->subspan(0, vocab), absl::MakeConstSpan(*want).subspan(3 * vocab, vocab)));
+  EXPECT_FALSE(SameBytes(got->subspan(3 * vocab, vocab), absl::MakeConstSpan(*want).subspan(3 * vocab, vocab)));
+}
+
 // A team that lends threads to host work runs regions narrower
 // (EngineOptions::lend_threads_to_host_work); nothing it computes may change,
 // or a session's output would depend on what other clients asked for. Here
@@ -274,13 +385,15 @@ TEST(BatchDecodeTest, BadRowsAreRefusedBeforeAnyWrite) {
   ASSERT_NE(l.model, nullptr);
   const DecodeModel& m = *l.model;
   CpuExecutor ex(1);
-  auto a = NewKv(m, 16), b = NewKv(m, 16), full = NewKv(m, 2);
+  auto a = NewKv(m, 16), b = NewKv(m, 16), full = NewKv(m, 2), one_left = NewKv(m, 3);
   ASSERT_TRUE(forward_with_kv_context(m, *full, std::vector<int32_t>{2, 3}, false, ex).ok());
+  ASSERT_TRUE(forward_with_kv_context(m, *one_left, std::vector<int32_t>{2, 3}, false, ex).ok());
   DecodeSession plan;
   auto code = [&](std::vector<DecodeRow> rows, int32_t plan_rows) {
     return forward_batch_persistent(m, rows, plan_rows, plan, ex).status().code();
   };
-  EXPECT_EQ(code({{a.get(), 2}, {a.get(), 3}}, 2), absl::StatusCode::kInvalidArgument);  // one cache twice
+  // A span of two rows on a cache with room for one.
+  EXPECT_EQ(code({{a.get(), 2}, {one_left.get(), 3}, {one_left.get(), 4}}, 4), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(code({{a.get(), 2}, {b.get(), m.dims().vocab}}, 2), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({{a.get(), 2}, {b.get(), -1}}, 2), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code({{a.get(), 2}, {full.get(), 3}}, 2), absl::StatusCode::kResourceExhausted);
@@ -290,6 +403,7 @@ TEST(BatchDecodeTest, BadRowsAreRefusedBeforeAnyWrite) {
   EXPECT_EQ(a->cached_len(), 0);
   EXPECT_EQ(b->cached_len(), 0);
   EXPECT_EQ(full->cached_len(), 2);
+  EXPECT_EQ(one_left->cached_len(), 2);
   // And a good step after them works (the refusals left the plan usable).
   EXPECT_TRUE(forward_batch_persistent(m, std::vector<DecodeRow>{{a.get(), 2}, {b.get(), 3}}, 4, plan, ex).ok());
   EXPECT_EQ(a->cached_len(), 1);

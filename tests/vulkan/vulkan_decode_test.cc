@@ -286,6 +286,55 @@ TEST_P(VulkanFixtureTest, BatchedRowsAreByteIdenticalToSoloDecode) {
   }
 }
 
+// A span (several rows on one cache, beside another session's decode row)
+// through the held plan on the GPU: each row byte-identical to its token
+// decoded alone by D1 on the same device; twice, so the rebind path runs.
+TEST_P(VulkanFixtureTest, ASpanOfOneSequenceEqualsItsTokensDecodedOneByOne) {
+  DECODED_VULKAN_DEVICE_OR_SKIP(device);
+  Loaded gpu = Load(GetParam().file, vulkan::CreateBackend(device));
+  ASSERT_NE(gpu.model, nullptr);
+  const DecodeModel& m = *gpu.model;
+  auto ex_or = gpu.backend->CreateExecutor(1);
+  ASSERT_TRUE(ex_or.ok()) << ex_or.status();
+  auto ex = *std::move(ex_or);
+  const std::vector<int32_t> other = {8, 13, 21};
+  const std::vector<std::vector<int32_t>> spans = {{4, 19, 27, 6, 33}, {12, 2, 45}};
+  const std::vector<int32_t> other_next = {30, 16};
+  auto solo = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens) {
+    auto kv = NewKv(m, 64);
+    std::vector<std::vector<float>> out;
+    EXPECT_TRUE(forward_with_kv_context(m, *kv, prompt, false, *ex).ok());
+    for (int32_t t : tokens) {
+      auto l = forward_with_kv_context(m, *kv, std::vector<int32_t>{t}, false, *ex);
+      EXPECT_TRUE(l.ok()) << l.status();
+      out.push_back(l.ok() ? *std::move(l) : std::vector<float>{});
+    }
+    return out;
+  };
+  std::vector<int32_t> all = spans[0];
+  all.insert(all.end(), spans[1].begin(), spans[1].end());
+  const auto want = solo(kPrompt, all), want_other = solo(other, other_next);
+  auto a = NewKv(m, 64), b = NewKv(m, 64);
+  ASSERT_TRUE(forward_with_kv_context(m, *a, kPrompt, false, *ex).ok());
+  ASSERT_TRUE(forward_with_kv_context(m, *b, other, false, *ex).ok());
+  DecodeSession plan;
+  const size_t vocab = static_cast<size_t>(m.dims().vocab);
+  size_t done = 0;
+  for (size_t step = 0; step < spans.size(); ++step) {
+    std::vector<DecodeRow> rows = {{b.get(), other_next[step]}};
+    for (int32_t t : spans[step]) rows.push_back({a.get(), t});
+    auto logits = forward_batch_persistent(m, rows, 8, plan, *ex);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_TRUE(SameBytes(logits->subspan(0, vocab), want_other[step])) << "step " << step << ": the decode row";
+    for (size_t k = 0; k < spans[step].size(); ++k) {
+      EXPECT_TRUE(SameBytes(logits->subspan((k + 1) * vocab, vocab), want[done + k]))
+          << "step " << step << ": span row " << k;
+    }
+    done += spans[step].size();
+  }
+  EXPECT_EQ(a->cached_len(), static_cast<int32_t>(kPrompt.size() + all.size()));
+}
+
 // Tolerances: the largest difference measured on lavapipe (AMD EPYC host,
 // avx2 CPU kernels), 1.3e-5 over these fixtures (all f32 weights, so the CPU
 // also multiplies f32 activations), times about 7.
