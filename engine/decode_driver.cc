@@ -1,5 +1,6 @@
 #include "engine/decode_driver.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -29,8 +30,9 @@ absl::Status ValidateTokens(const DecodeModel& model, absl::Span<const int32_t> 
   return absl::OkStatus();
 }
 
-// Buffer sizes of a `rows`-row step's data slots.
-size_t SlotBytes(DataSlot slot, const DecodeModel& model, int32_t rows) {
+// Buffer sizes of the data slots of a step of `rows` rows, `outputs` of them
+// with logits.
+size_t SlotBytes(DataSlot slot, const DecodeModel& model, int32_t rows, int32_t outputs) {
   const size_t n = static_cast<size_t>(rows);
   const size_t half = static_cast<size_t>(model.rope_plan().rot_dims() / 2);
   const size_t nr = static_cast<size_t>(std::max(model.rope_plan().n_variants(), 1));
@@ -41,6 +43,7 @@ size_t SlotBytes(DataSlot slot, const DecodeModel& model, int32_t rows) {
     case DataSlot::kMask: return static_cast<size_t>(model.mask_plan().n_variants()) * n * 2 * sizeof(int32_t);
     case DataSlot::kKvOffset: return n * sizeof(int32_t);
     case DataSlot::kKvRows: return n * static_cast<size_t>(KvRowStride(model.dims().n_layers)) * sizeof(int64_t);
+    case DataSlot::kOutputRows: return static_cast<size_t>(outputs) * sizeof(int32_t);
     case DataSlot::kCount: break;
   }
   return 0;
@@ -109,6 +112,10 @@ DecodeTokenNodes PersistentDecodeModel::build_decode_token_data(Graph& g, const 
     if (d.offset_path == KvOffsetPath::kDeviceOffset) {
       d.kv_offset = g.input(DataSlot::kKvOffset, DType::kI32, 1, seq, "kv_offset");
     }
+    if (!host.output_rows.empty()) {
+      d.output_rows = g.input(DataSlot::kOutputRows, DType::kI32, 1, static_cast<int64_t>(host.output_rows.size()),
+                              "out_rows");
+    }
   } else {
     d.token_ids = g.constant(DType::kI32, 1, seq, Bytes(host.token_ids.data(), host.token_ids.size()), "inp_tokens");
     d.rope_cos = g.constant(DType::kF32, rope_rows, half, Bytes(host.rope_cos.data(), host.rope_cos.size()), "rope_cos");
@@ -117,6 +124,10 @@ DecodeTokenNodes PersistentDecodeModel::build_decode_token_data(Graph& g, const 
     d.kv_rows = g.constant(DType::kI64, seq, kv_cols, Bytes(host.kv_rows.data(), host.kv_rows.size()), "kv_rows");
     if (d.offset_path == KvOffsetPath::kDeviceOffset) {
       d.kv_offset = g.constant(DType::kI32, 1, seq, Bytes(host.positions.data(), host.positions.size()), "kv_offset");
+    }
+    if (!host.output_rows.empty()) {
+      d.output_rows = g.constant(DType::kI32, 1, static_cast<int64_t>(host.output_rows.size()),
+                                 Bytes(host.output_rows.data(), host.output_rows.size()), "out_rows");
     }
   }
   return d;
@@ -144,9 +155,13 @@ Graph build_decode_graph(const DecodeModel& model, const DecodeTokenHost& host, 
     DecodeLayerInputs in(g, model.dims(), model.mask_plan(), model.rope_plan(), data, il, host.seq, x);
     x = model.decode_apply_layer(in);
   }
-  // Only the last position's logits are needed to continue; skipping the
-  // others saves seq-1 rows of the vocabulary projection.
-  if (!all_logits && host.seq > 1) x = g.take_last_row(x, "last_row");
+  // Only the rows whose logits are needed reach the vocabulary projection
+  // (for a prefill chunk, the last): the others' rows of it are skipped.
+  if (data.output_rows != kNoNode) {
+    x = g.take_rows(x, data.output_rows, "out_rows");
+  } else if (!all_logits && host.seq > 1) {
+    x = g.take_last_row(x, "last_row");
+  }
   g.mark_output(model.output_logits(g, x));
   return g;
 }
@@ -183,7 +198,7 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
 
 // ---- D2 ----
 
-PlanKey decode_plan_key(const DecodeModel& model, int32_t rows) {
+PlanKey decode_plan_key(const DecodeModel& model, int32_t rows, int32_t outputs) {
   return PlanKey{
       .family = model.family(),
       .structural_hash = model.structural_hash(),
@@ -194,6 +209,7 @@ PlanKey decode_plan_key(const DecodeModel& model, int32_t rows) {
       .kv_layers = model.dims().n_layers,
       .kv_layout = model.dims().kv_layout(),
       .rows = rows,
+      .outputs = outputs,
   };
 }
 
@@ -208,6 +224,7 @@ void upload_decode_token_data(Backend& backend, const DecodeTokenHost& host, Dec
   up(DataSlot::kMask, host.mask.data(), host.mask.size() * sizeof(int32_t));
   up(DataSlot::kKvOffset, host.positions.data(), host.positions.size() * sizeof(int32_t));
   up(DataSlot::kKvRows, host.kv_rows.data(), host.kv_rows.size() * sizeof(int64_t));
+  up(DataSlot::kOutputRows, host.output_rows.data(), host.output_rows.size() * sizeof(int32_t));
   session.env.kv_pos = host.positions;
 }
 
@@ -225,14 +242,29 @@ DecodeSession::~DecodeSession() { drop_decode_session(*this); }
 
 namespace {
 
+// The number of logits rows a step of `rows` returns from a plan of
+// `plan_rows` rows and `plan_outputs` outputs.
+size_t OutputCount(absl::Span<const DecodeRow> rows, int32_t plan_rows, int32_t plan_outputs) {
+  if (plan_outputs == plan_rows) return rows.size();
+  return static_cast<size_t>(std::count_if(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.logits; }));
+}
+
 // The host-side check of a D2 step (before anything runs or is written) and
-// the fill of session.host for a plan of `plan_rows` rows: the given rows,
-// then padding rows (token 0 at position 0 of the session's pad cache).
+// the fill of session.host for a plan of `plan_rows` rows and `plan_outputs`
+// outputs: the given rows, then padding rows (token 0 at position 0 of the
+// session's pad cache); the output rows, then padding outputs (row 0).
 absl::Status PrepareStep(const DecodeModel& model, absl::Span<const DecodeRow> rows, int32_t plan_rows,
-                         DecodeSession& session) {
+                         int32_t plan_outputs, DecodeSession& session) {
   if (rows.empty()) return absl::InvalidArgumentError("a decode step needs at least one row");
   if (static_cast<int32_t>(rows.size()) > plan_rows) {
     return absl::InvalidArgumentError(absl::StrCat(rows.size(), " rows exceed the plan's ", plan_rows));
+  }
+  if (plan_outputs < plan_rows) {
+    const size_t wanted = OutputCount(rows, plan_rows, plan_outputs);
+    if (wanted > static_cast<size_t>(plan_outputs)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(wanted, " rows want logits; the plan computes ", plan_outputs));
+    }
   }
   const int32_t vocab = model.dims().vocab;
   DecodeTokenHost& host = session.host;
@@ -264,6 +296,13 @@ absl::Status PrepareStep(const DecodeModel& model, absl::Span<const DecodeRow> r
     if (!real) host.positions[static_cast<size_t>(i)] = 0;
     kv.FillKvRow(host.kv_rows.data() + i * stride);
   }
+  host.output_rows.clear();  // keeps its capacity: no allocation after the first step
+  if (plan_outputs < plan_rows) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].logits) host.output_rows.push_back(static_cast<int32_t>(i));
+    }
+    host.output_rows.resize(static_cast<size_t>(plan_outputs), 0);
+  }
   // compute_decode_token_host copies ids/positions onto themselves: no-ops.
   return compute_decode_token_host(model.mask_plan(), model.rope_plan(), host.token_ids, host.positions, &host);
 }
@@ -272,7 +311,8 @@ absl::StatusOr<absl::Span<const float>> RunHeld(absl::Span<const DecodeRow> rows
                                                 Executor& executor, int32_t vocab) {
   if (auto s = session.plan->Run(executor, session.env); !s.ok()) return s;
   for (const DecodeRow& r : rows) r.kv->Commit(1);
-  return session.plan->output(0).subspan(0, rows.size() * static_cast<size_t>(vocab));
+  const size_t outputs = OutputCount(rows, session.rows(), session.outputs());
+  return session.plan->output(0).subspan(0, outputs * static_cast<size_t>(vocab));
 }
 
 }  // namespace
@@ -280,9 +320,14 @@ absl::StatusOr<absl::Span<const float>> RunHeld(absl::Span<const DecodeRow> rows
 absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(const DecodeModel& model,
                                                                              absl::Span<const DecodeRow> rows,
                                                                              int32_t plan_rows,
+                                                                             int32_t plan_outputs,
                                                                              DecodeSession& session,
                                                                              Executor& executor) {
   if (plan_rows < 1) return absl::InvalidArgumentError("a decode plan needs at least one row");
+  if (plan_outputs < 1 || plan_outputs > plan_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a plan of ", plan_rows, " rows computes 1 to ", plan_rows, " rows' logits, not ", plan_outputs));
+  }
   drop_decode_session(session);
   Backend& backend = model.backend();
   if (plan_rows > 1) {
@@ -291,7 +336,7 @@ absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(con
     if (!pad.ok()) return pad.status();
     session.pad_kv = *std::move(pad);
   }
-  if (auto s = PrepareStep(model, rows, plan_rows, session); !s.ok()) {
+  if (auto s = PrepareStep(model, rows, plan_rows, plan_outputs, session); !s.ok()) {
     drop_decode_session(session);
     return s;
   }
@@ -302,7 +347,7 @@ absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(con
   for (const Node& n : g.nodes()) {
     if (n.op != Op::kInput) continue;
     const auto slot = static_cast<size_t>(n.input_slot);
-    auto buf = backend.Allocate(SlotBytes(static_cast<DataSlot>(n.input_slot), model, plan_rows));
+    auto buf = backend.Allocate(SlotBytes(static_cast<DataSlot>(n.input_slot), model, plan_rows, plan_outputs));
     if (!buf.ok()) return buf.status();
     session.buffers[slot] = *std::move(buf);
     res.inputs[slot] = session.buffers[slot].get();
@@ -313,7 +358,7 @@ absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(con
   auto compiled = backend.Compile(std::move(g), *std::move(plan), res);
   if (!compiled.ok()) return compiled.status();
   session.plan = *std::move(compiled);
-  session.key = decode_plan_key(model, plan_rows);
+  session.key = decode_plan_key(model, plan_rows, plan_outputs);
   session.bound_nodes = bound;
   counters::AddBoundNodes(bound);
 
@@ -325,10 +370,10 @@ absl::StatusOr<absl::Span<const float>> rebind_and_realize_prebuilt(const Decode
                                                                     absl::Span<const DecodeRow> rows,
                                                                     DecodeSession& session, Executor& executor) {
   if (!session.held()) return absl::FailedPreconditionError("decode session holds no plan");
-  if (!(session.key == decode_plan_key(model, session.rows()))) {
+  if (!(session.key == decode_plan_key(model, session.rows(), session.outputs()))) {
     return absl::FailedPreconditionError("held plan was built for another model");
   }
-  if (auto s = PrepareStep(model, rows, session.rows(), session); !s.ok()) return s;
+  if (auto s = PrepareStep(model, rows, session.rows(), session.outputs(), session); !s.ok()) return s;
   upload_decode_token_data(model.backend(), session.host, session);
   auto out = RunHeld(rows, session, executor, model.dims().vocab);
   if (out.ok()) counters::AddRebind();
@@ -337,12 +382,19 @@ absl::StatusOr<absl::Span<const float>> rebind_and_realize_prebuilt(const Decode
 
 absl::StatusOr<absl::Span<const float>> forward_batch_persistent(const DecodeModel& model,
                                                                  absl::Span<const DecodeRow> rows, int32_t plan_rows,
-                                                                 DecodeSession& session, Executor& executor) {
-  if (session.held() && session.key == decode_plan_key(model, plan_rows)) {
+                                                                 int32_t plan_outputs, DecodeSession& session,
+                                                                 Executor& executor) {
+  if (session.held() && session.key == decode_plan_key(model, plan_rows, plan_outputs)) {
     return rebind_and_realize_prebuilt(model, rows, session, executor);
   }
   if (session.held()) counters::AddHeldPlanRebuild();
-  return build_and_realize_first_decode_token(model, rows, plan_rows, session, executor);
+  return build_and_realize_first_decode_token(model, rows, plan_rows, plan_outputs, session, executor);
+}
+
+absl::StatusOr<absl::Span<const float>> forward_batch_persistent(const DecodeModel& model,
+                                                                 absl::Span<const DecodeRow> rows, int32_t plan_rows,
+                                                                 DecodeSession& session, Executor& executor) {
+  return forward_batch_persistent(model, rows, plan_rows, plan_rows, session, executor);
 }
 
 absl::StatusOr<absl::Span<const float>> forward_with_kv_context_persistent(const DecodeModel& model, KvCache& kv,

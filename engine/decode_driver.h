@@ -67,15 +67,28 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
 struct DecodeRow {
   KvCache* kv = nullptr;
   int32_t token = 0;
+  // Whether the step returns this row's logits (the last row of a prefill
+  // chunk does, the others need none). Only a plan of fewer outputs than
+  // rows skips any; one with as many returns every row's.
+  bool logits = true;
 };
 
 // D2. Appends each row's token to its cache through the held plan of
-// `session` (building it for `plan_rows` rows if absent or stale; plan_rows >=
-// rows.size(), the rest being padding) and returns the logits of the rows
-// [rows.size(), vocab], row-major, valid until the next call on the session.
-// INVALID_ARGUMENT: no rows, more rows than plan_rows, a bad token, a cache
-// of another geometry; RESOURCE_EXHAUSTED: a cache without room for its rows.
-// Nothing is written on error.
+// `session` (building it for `plan_rows` rows and `plan_outputs` outputs if
+// absent or stale; plan_rows >= rows.size(), the rest being padding) and
+// returns logits, row-major, valid until the next call on the session: with
+// plan_outputs == plan_rows, every row's [rows.size(), vocab]; with fewer,
+// only the rows with `logits` set, in row order [n, vocab] (the others never
+// reach the output head: for Gemma 3 270M its 262,144-row projection is most
+// of a row's work). INVALID_ARGUMENT: no rows, more rows than plan_rows, more
+// logits rows than plan_outputs, plan_outputs outside [1, plan_rows], a bad
+// token, a cache of another geometry; RESOURCE_EXHAUSTED: a cache without
+// room for its rows. Nothing is written on error.
+absl::StatusOr<absl::Span<const float>> forward_batch_persistent(const DecodeModel& model,
+                                                                 absl::Span<const DecodeRow> rows, int32_t plan_rows,
+                                                                 int32_t plan_outputs, DecodeSession& session,
+                                                                 Executor& executor);
+// Every row's logits: plan_outputs == plan_rows.
 absl::StatusOr<absl::Span<const float>> forward_batch_persistent(const DecodeModel& model,
                                                                  absl::Span<const DecodeRow> rows, int32_t plan_rows,
                                                                  DecodeSession& session, Executor& executor);
@@ -86,11 +99,13 @@ absl::StatusOr<absl::Span<const float>> forward_with_kv_context_persistent(const
                                                                            DecodeSession& session, int32_t token,
                                                                            Executor& executor);
 
-// D2 build: mint the held graph for `plan_rows` rows with re-bindable data
-// nodes, optimize it once, populate `session`, run it for `rows`.
+// D2 build: mint the held graph for `plan_rows` rows (`plan_outputs` of them
+// with logits) with re-bindable data nodes, optimize it once, populate
+// `session`, run it for `rows`.
 absl::StatusOr<absl::Span<const float>> build_and_realize_first_decode_token(const DecodeModel& model,
                                                                              absl::Span<const DecodeRow> rows,
                                                                              int32_t plan_rows,
+                                                                             int32_t plan_outputs,
                                                                              DecodeSession& session,
                                                                              Executor& executor);
 
@@ -108,8 +123,9 @@ void upload_decode_token_data(Backend& backend, const DecodeTokenHost& host, Dec
 // Releases the held plan and every binding of `session`.
 void drop_decode_session(DecodeSession& session);
 
-// The key a plan of `rows` rows for `model` must carry to be reused.
-PlanKey decode_plan_key(const DecodeModel& model, int32_t rows);
+// The key a plan of `rows` rows, `outputs` of them with logits, for `model`
+// must carry to be reused.
+PlanKey decode_plan_key(const DecodeModel& model, int32_t rows, int32_t outputs);
 
 }  // namespace decoded
 

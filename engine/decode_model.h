@@ -35,6 +35,7 @@ struct DecodeTokenNodes {
   KvOffsetPath offset_path = KvOffsetPath::kDeviceOffset;
   NodeId kv_offset = kNoNode;  // i32 [1, seq]; kNoNode on the symbol path
   NodeId kv_rows = kNoNode;    // i64 [seq, KvRowStride(n_layers)]: each row's KV cache
+  NodeId output_rows = kNoNode;  // i32 [1, n_outputs]; kNoNode: every row's logits (or the last's)
 };
 
 // The per-layer arguments of DecodeBackbone::decode_apply_layer, with the two

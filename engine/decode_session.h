@@ -26,7 +26,8 @@ namespace decoded {
 
 // When a held plan may be reused: the model's structure AND identity (a plan
 // built over one weights instance must never run over another), the KV
-// geometry its rows address, and its row count.
+// geometry its rows address, its row count and how many of them reach the
+// output head.
 struct PlanKey {
   std::string family;
   uint64_t structural_hash = 0;
@@ -37,6 +38,7 @@ struct PlanKey {
   int32_t kv_layers = 0;
   KvLayout kv_layout;
   int32_t rows = 0;
+  int32_t outputs = 0;  // rows with logits per step; == rows: every row, no gather
 
   bool operator==(const PlanKey&) const = default;
 };
@@ -55,6 +57,7 @@ struct DecodeSession {
 
   bool held() const { return plan != nullptr; }
   int32_t rows() const { return key.rows; }
+  int32_t outputs() const { return key.outputs; }
 
   std::unique_ptr<CompiledPlan> plan;
   PlanKey key;

@@ -26,6 +26,10 @@ struct DecodeTokenHost {
   std::vector<float> rope_sin;      // f32 [n_rope_variants * seq, rot_dims / 2]
   std::vector<int32_t> mask;        // i32 [n_mask_variants * seq, 2]: visible keys [lo, hi)
   std::vector<int64_t> kv_rows;     // i64 [seq, KvRowStride(n_layers)]: each row's cache (engine/kv_rows.h)
+  // i32 [1, n_outputs]: the rows whose logits the step computes, in output
+  // order; empty: every row (D1 without all_logits: the last). Set by the
+  // driver for a held plan of fewer outputs than rows.
+  std::vector<int32_t> output_rows;
 };
 
 // The mask of every MaskPlan variant for query rows at `positions`, stored as

@@ -10,6 +10,7 @@
 // Matmuls of one input whose weight types share an activation type (q/k/v,
 // gate/up) share one quantization.
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -455,6 +456,23 @@ class CpuPlan final : public CompiledPlan {
           std::memcpy(s.out, static_cast<const float*>(s.src[0]) + (s.rows - 1) * n.cols, n.cols * sizeof(float));
         }
         break;
+      case Op::kTakeRows: {
+        // Row numbers come from the driver, checked there; one out of range
+        // (a bug) gives NaN rows, which the turn refuses, never another
+        // row's logits.
+        const auto* x = static_cast<const float*>(s.src[0]);
+        const auto* idx = static_cast<const int32_t*>(s.src[1]);
+        const int64_t x_rows = graph_.node(n.src[0]).rows;
+        for (int64_t i = ith; i < n.rows; i += nth) {
+          float* dst = s.out + i * n.cols;
+          if (idx[i] < 0 || idx[i] >= x_rows) {
+            std::fill(dst, dst + n.cols, std::numeric_limits<float>::quiet_NaN());
+          } else {
+            std::memcpy(dst, x + idx[i] * n.cols, static_cast<size_t>(n.cols) * sizeof(float));
+          }
+        }
+        break;
+      }
       case Op::kRope: {
         const RopeAttrs& a = n.rope;
         const int64_t half = a.rot_dims / 2;

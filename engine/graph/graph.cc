@@ -21,6 +21,7 @@ const char* OpName(Op op) {
     case Op::kAddRow: return "add_row";
     case Op::kSoftcap: return "softcap";
     case Op::kTakeLastRow: return "take_last_row";
+    case Op::kTakeRows: return "take_rows";
     case Op::kRope: return "rope";
     case Op::kKvWrite: return "kv_write";
     case Op::kAttention: return "attention";
@@ -147,6 +148,10 @@ NodeId Graph::softcap(NodeId x, float cap, std::string name) {
 
 NodeId Graph::take_last_row(NodeId x, std::string name) {
   return push(F32Node(Op::kTakeLastRow, 1, node(x).cols, {x}, std::move(name)));
+}
+
+NodeId Graph::take_rows(NodeId x, NodeId idx, std::string name) {
+  return push(F32Node(Op::kTakeRows, node(idx).cols, node(x).cols, {x, idx}, std::move(name)));
 }
 
 NodeId Graph::rope(NodeId x, NodeId cos, NodeId sin, int32_t variant, int32_t n_heads,

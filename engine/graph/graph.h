@@ -71,6 +71,7 @@ enum class Op : uint8_t {
   kHeadSlice,    // out[r, g*count + c] = x[r, g*width + begin + c]   src: x
   kHeadConcat,   // per group g: out row = [a's group g, b's group g]  src: a, b
   kHeadMatMul,   // per group g: out[i, g*n + r] = dot(W[g*n + r], x[i] group g)  src: W(weight), x f32
+  kTakeRows,     // out[i] = x[idx[i]]                    src: x f32, idx (i32 [1, n])
 };
 
 const char* OpName(Op op);
@@ -164,7 +165,8 @@ enum class DataSlot : int32_t {
   kMask = 3,       // i32 [n_mask_variants * seq, 2]: visible key range [lo, hi) per query row
   kKvOffset = 4,   // i32 [1, seq]: the KV row each token row writes (device-offset path only)
   kKvRows = 5,     // i64 [seq, KvRowStride(n_layers)]: each token row's KV cache (engine/kv_rows.h)
-  kCount = 6,
+  kOutputRows = 6, // i32 [1, n_outputs]: the token rows whose logits the step computes, in output order
+  kCount = 7,
 };
 
 class Graph {
@@ -206,6 +208,10 @@ class Graph {
   NodeId add_row(NodeId x, NodeId bias, std::string name);
   NodeId softcap(NodeId x, float cap, std::string name);
   NodeId take_last_row(NodeId x, std::string name);
+  // x [r, c], idx i32 [1, n] of row numbers in [0, r): [n, c], row i = x[idx[i]]
+  // (llama.cpp's inp_out_ids: only the rows whose logits a step needs reach
+  // the output head).
+  NodeId take_rows(NodeId x, NodeId idx, std::string name);
   // x [seq, n_heads * head_dim]; cos/sin [n_variants * seq, rot_dims / 2];
   // uses rows [variant * seq, (variant + 1) * seq) and rotates the first
   // rot_dims (even, <= head_dim) of each head. Attributes: Node::rope.

@@ -374,6 +374,14 @@ class Plan final : public CompiledPlan {
                                            CopyParams{src(0), out, 1, 1, cols, 0, 0, last, 0, 0, 0}));
         break;
       }
+      case Op::kTakeRows: {
+        // get_rows.comp over an f32 "table": the activation, row by row.
+        const uint32_t cols = static_cast<uint32_t>(n.cols);
+        dispatches_.push_back(MakeDispatch(*GetRowsKernel(DType::kF32), static_cast<uint32_t>(n.rows),
+                                           GetRowsParams{src(0), src(1), out, cols * 4, cols,
+                                                         static_cast<uint32_t>(n.rows)}));
+        break;
+      }
       case Op::kHeadSlice: {
         const HeadSliceAttrs& a = n.head_slice;
         const uint32_t g = static_cast<uint32_t>(a.n_groups), w = static_cast<uint32_t>(a.width),

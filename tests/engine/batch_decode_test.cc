@@ -216,7 +216,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BatchFixtureTest, ::testing::ValuesIn(kFixtur
 // a decode step beside other sessions' decode rows). Each of its rows must
 // equal that token decoded alone by D1 at its position, byte for byte, and
 // the other sessions' rows their solo logits; twice, so the second step runs
-// the held plan rebound (spans of other lengths, in other row slots).
+// the held plan rebound (spans of other lengths, in other row slots). Then
+// the same with a plan of 16 rows and 4 outputs, where only the span's last
+// row asks for logits: the step returns the logits rows alone, in row order,
+// the same bytes.
 TEST_P(BatchFixtureTest, ASpanOfOneSequenceEqualsItsTokensDecodedOneByOne) {
   Loaded l = Load(testing::TestDataPath(GetParam().file));
   ASSERT_NE(l.model, nullptr);
@@ -251,51 +254,55 @@ TEST_P(BatchFixtureTest, ASpanOfOneSequenceEqualsItsTokensDecodedOneByOne) {
   std::vector<int32_t> all_a = spans[0];
   all_a.insert(all_a.end(), spans[1].begin(), spans[1].end());
   const auto want_a = solo(prompt_a, all_a), want_b = solo(prompt_b, next_b), want_c = solo(prompt_c, next_c);
-
-  auto a = NewKv(m, kCapacity), b = NewKv(m, kCapacity), c = NewKv(m, kCapacity);
-  ASSERT_TRUE(forward_with_kv_context(m, *a, prompt_a, false, ex).ok());
-  ASSERT_TRUE(forward_with_kv_context(m, *b, prompt_b, false, ex).ok());
-  ASSERT_TRUE(forward_with_kv_context(m, *c, prompt_c, false, ex).ok());
-  DecodeSession plan;
-  const int64_t builds0 = GetEngineCounters().graph_builds;
   const size_t vocab = static_cast<size_t>(m.dims().vocab);
-  size_t a_done = 0;
-  for (size_t step = 0; step < spans.size(); ++step) {
-    // B first, then A's span, then C (the second step: C, A, B).
-    std::vector<DecodeRow> rows;
-    std::vector<std::pair<char, size_t>> what;  // sequence, index into its oracle
-    auto add_a = [&] {
-      for (size_t k = 0; k < spans[step].size(); ++k) {
-        rows.push_back({a.get(), spans[step][k]});
-        what.push_back({'a', a_done + k});
+
+  for (const int32_t outputs : {16, 4}) {
+    SCOPED_TRACE(outputs);
+    const bool every_row = outputs == 16;
+    auto a = NewKv(m, kCapacity), b = NewKv(m, kCapacity), c = NewKv(m, kCapacity);
+    ASSERT_TRUE(forward_with_kv_context(m, *a, prompt_a, false, ex).ok());
+    ASSERT_TRUE(forward_with_kv_context(m, *b, prompt_b, false, ex).ok());
+    ASSERT_TRUE(forward_with_kv_context(m, *c, prompt_c, false, ex).ok());
+    DecodeSession plan;
+    const int64_t builds0 = GetEngineCounters().graph_builds;
+    size_t a_done = 0;
+    for (size_t step = 0; step < spans.size(); ++step) {
+      // B first, then A's span, then C (the second step: C, A, B). `want`:
+      // the oracle row of each logits row the step returns, in order.
+      std::vector<DecodeRow> rows;
+      std::vector<const std::vector<float>*> want;
+      auto add_a = [&] {
+        for (size_t k = 0; k < spans[step].size(); ++k) {
+          const bool last = k + 1 == spans[step].size();
+          rows.push_back({a.get(), spans[step][k], every_row || last});
+          if (every_row || last) want.push_back(&want_a[a_done + k]);
+        }
+      };
+      auto add = [&](KvCache* kv, int32_t token, const std::vector<float>& logits) {
+        rows.push_back({kv, token});
+        want.push_back(&logits);
+      };
+      if (step == 0) {
+        add(b.get(), next_b[step], want_b[step]);
+        add_a();
+        add(c.get(), next_c[step], want_c[step]);
+      } else {
+        add(c.get(), next_c[step], want_c[step]);
+        add_a();
+        add(b.get(), next_b[step], want_b[step]);
       }
-    };
-    if (step == 0) {
-      rows.push_back({b.get(), next_b[step]});
-      what.push_back({'b', step});
-      add_a();
-      rows.push_back({c.get(), next_c[step]});
-      what.push_back({'c', step});
-    } else {
-      rows.push_back({c.get(), next_c[step]});
-      what.push_back({'c', step});
-      add_a();
-      rows.push_back({b.get(), next_b[step]});
-      what.push_back({'b', step});
+      auto logits = forward_batch_persistent(m, rows, 16, outputs, plan, ex);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      ASSERT_EQ(logits->size(), want.size() * vocab);
+      for (size_t r = 0; r < want.size(); ++r) {
+        EXPECT_TRUE(SameBytes(logits->subspan(r * vocab, vocab), *want[r])) << "step " << step << " output " << r;
+      }
+      a_done += spans[step].size();
     }
-    auto logits = forward_batch_persistent(m, rows, 16, plan, ex);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const auto& [seq, k] = what[r];
-      const std::vector<float>& want = seq == 'a' ? want_a[k] : seq == 'b' ? want_b[k] : want_c[k];
-      EXPECT_TRUE(SameBytes(logits->subspan(r * vocab, vocab), want))
-          << "step " << step << " row " << r << ": sequence " << seq << " token " << k;
-    }
-    a_done += spans[step].size();
+    EXPECT_EQ(a->cached_len(), static_cast<int32_t>(prompt_a.size() + all_a.size()));
+    EXPECT_EQ(b->cached_len(), static_cast<int32_t>(prompt_b.size() + next_b.size()));
+    EXPECT_EQ(GetEngineCounters().graph_builds - builds0, 1) << "the second step rebuilt the plan";
   }
-  EXPECT_EQ(a->cached_len(), static_cast<int32_t>(prompt_a.size() + all_a.size()));
-  EXPECT_EQ(b->cached_len(), static_cast<int32_t>(prompt_b.size() + next_b.size()));
-  EXPECT_EQ(GetEngineCounters().graph_builds - builds0, 1) << "the second step rebuilt the plan";
 }
 
 // The control: the same span with its rows in reverse order appends them at
@@ -399,6 +406,14 @@ TEST(BatchDecodeTest, BadRowsAreRefusedBeforeAnyWrite) {
   EXPECT_EQ(code({{a.get(), 2}, {full.get(), 3}}, 2), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(code({{a.get(), 2}, {b.get(), 3}}, 1), absl::StatusCode::kInvalidArgument);  // more rows than the plan
   EXPECT_EQ(code({}, 2), absl::StatusCode::kInvalidArgument);
+  // Three rows want logits from a plan that computes two.
+  EXPECT_EQ(forward_batch_persistent(m, std::vector<DecodeRow>{{a.get(), 2}, {b.get(), 3}, {b.get(), 4}}, 4, 2,
+                                     plan, ex)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(forward_batch_persistent(m, std::vector<DecodeRow>{{a.get(), 2}}, 4, 5, plan, ex).status().code(),
+            absl::StatusCode::kInvalidArgument);  // more outputs than rows
   EXPECT_EQ(code({{a.get(), 2}, {nullptr, 3}}, 2), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(a->cached_len(), 0);
   EXPECT_EQ(b->cached_len(), 0);

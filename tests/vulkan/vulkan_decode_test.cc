@@ -289,6 +289,7 @@ TEST_P(VulkanFixtureTest, BatchedRowsAreByteIdenticalToSoloDecode) {
 // A span (several rows on one cache, beside another session's decode row)
 // through the held plan on the GPU: each row byte-identical to its token
 // decoded alone by D1 on the same device; twice, so the rebind path runs.
+// Then through a plan that computes only the rows asking for logits.
 TEST_P(VulkanFixtureTest, ASpanOfOneSequenceEqualsItsTokensDecodedOneByOne) {
   DECODED_VULKAN_DEVICE_OR_SKIP(device);
   Loaded gpu = Load(GetParam().file, vulkan::CreateBackend(device));
@@ -317,7 +318,7 @@ TEST_P(VulkanFixtureTest, ASpanOfOneSequenceEqualsItsTokensDecodedOneByOne) {
   auto a = NewKv(m, 64), b = NewKv(m, 64);
   ASSERT_TRUE(forward_with_kv_context(m, *a, kPrompt, false, *ex).ok());
   ASSERT_TRUE(forward_with_kv_context(m, *b, other, false, *ex).ok());
-  DecodeSession plan;
+  DecodeSession plan, two_outputs;
   const size_t vocab = static_cast<size_t>(m.dims().vocab);
   size_t done = 0;
   for (size_t step = 0; step < spans.size(); ++step) {
@@ -333,6 +334,26 @@ TEST_P(VulkanFixtureTest, ASpanOfOneSequenceEqualsItsTokensDecodedOneByOne) {
     done += spans[step].size();
   }
   EXPECT_EQ(a->cached_len(), static_cast<int32_t>(kPrompt.size() + all.size()));
+
+  // A plan of 8 rows and 2 outputs: only the decode row and the span's last
+  // row reach the output head (take_rows on the GPU).
+  auto a2 = NewKv(m, 64), b2 = NewKv(m, 64);
+  ASSERT_TRUE(forward_with_kv_context(m, *a2, kPrompt, false, *ex).ok());
+  ASSERT_TRUE(forward_with_kv_context(m, *b2, other, false, *ex).ok());
+  done = 0;
+  for (size_t step = 0; step < spans.size(); ++step) {
+    std::vector<DecodeRow> rows;
+    for (size_t k = 0; k < spans[step].size(); ++k) {
+      rows.push_back({a2.get(), spans[step][k], k + 1 == spans[step].size()});
+    }
+    rows.push_back({b2.get(), other_next[step]});
+    auto logits = forward_batch_persistent(m, rows, 8, 2, two_outputs, *ex);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    ASSERT_EQ(logits->size(), 2 * vocab);
+    done += spans[step].size();
+    EXPECT_TRUE(SameBytes(logits->subspan(0, vocab), want[done - 1])) << "step " << step << ": the span's last row";
+    EXPECT_TRUE(SameBytes(logits->subspan(vocab, vocab), want_other[step])) << "step " << step << ": the decode row";
+  }
 }
 
 // Tolerances: the largest difference measured on lavapipe (AMD EPYC host,
