@@ -24,15 +24,17 @@
 //   bound_ttft_ms       the bound stream's write -> its first token.
 //   last_over_bound     last_ttft_ms / bound_ttft_ms (issue target: <= 1.25).
 //   background_itl_ms_p99/max   gaps between consecutive tokens of a
-//                       background stream whose later token arrived inside the
-//                       burst window (release, last burst first token]: how long
-//                       decoding sessions waited while the burst was prefilled.
-//   background_itl_ms_p50_before   the same streams' gaps in the same length
-//                       of time before the release (their undisturbed rate).
+//                       background stream that overlap the burst window
+//                       (release, last burst first token]: how long decoding
+//                       sessions waited while the burst was prefilled (with
+//                       fewer than 100 gaps, p99 is the largest).
+//   background_itl_ms_p50_before   the same streams' gaps wholly inside the
+//                       --before_ms window that ends at the release, every
+//                       background session decoding (their undisturbed rate).
 //   burst_window_tok_s  every token event of every stream (background and
 //                       burst) inside the burst window / its length.
-//   background_tok_s_before   background token events in the window of the
-//                       same length before the release / its length.
+//   background_tok_s_before   background token events in the before window /
+//                       its length.
 // Every burst stream must end with LENGTH after --burst_tokens tokens and the
 // bound with LENGTH after 1; anything else fails the run (exit 1). Run the
 // daemon with --max_sessions >= background + burst + 1 and --context_length >=
@@ -62,6 +64,7 @@ ABSL_FLAG(int, burst_tokens, 4, "tokens each burst client generates (max_new_tok
 ABSL_FLAG(int, background, 8, "sessions decoding throughout (0: none)");
 ABSL_FLAG(int, background_prompt_tokens, 16, "prompt length of each background session");
 ABSL_FLAG(int, settle_tokens, 4, "tokens every background session has had before the burst is released");
+ABSL_FLAG(int, before_ms, 2000, "the background's undisturbed window before each burst (its 'before' figures)");
 ABSL_FLAG(int, repeats, 3, "bursts measured (each with its own background sessions and bound)");
 ABSL_FLAG(bool, warmup, true, "one unmeasured burst first (the daemon builds the plans the sizes need)");
 
@@ -190,6 +193,10 @@ bool RunRepeat(v1::Decoder::Stub* stub, const v1::ModelInfo& info, int64_t salt,
       return false;
     }
   }
+  // Every background session decodes from here: the "before" window, as
+  // long as --before_ms, ends at the burst's release.
+  const Clock::time_point settled_at = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::max(1, absl::GetFlag(FLAGS_before_ms))));
 
   // 2. The burst.
   const int burst_tokens = std::max(1, absl::GetFlag(FLAGS_burst_tokens));
@@ -272,19 +279,19 @@ bool RunRepeat(v1::Decoder::Stub* stub, const v1::ModelInfo& info, int64_t salt,
   }
   out->last_ttft_ms = Ms(last_first, release);
   out->bound_ttft_ms = Ms(bound.arrivals.front(), bound.write);
-  const Clock::time_point before = release - (last_first - release);
   int64_t during_events = 0, before_events = 0;
   for (const Record& r : bg) {
     for (size_t i = 0; i < r.arrivals.size(); ++i) {
       const Clock::time_point t = r.arrivals[i];
-      const bool during = t > release && t <= last_first;
-      const bool earlier = t > before && t <= release;
-      during_events += during ? 1 : 0;
-      before_events += earlier ? 1 : 0;
+      during_events += (t > release && t <= last_first) ? 1 : 0;
+      before_events += (t > settled_at && t <= release) ? 1 : 0;
       if (i == 0) continue;
-      const double gap = Ms(t, r.arrivals[i - 1]);
-      if (during) out->background_gaps_during.push_back(gap);
-      if (earlier) out->background_gaps_before.push_back(gap);
+      const Clock::time_point prev = r.arrivals[i - 1];
+      const double gap = Ms(t, prev);
+      // A gap overlapping the burst window counts, so a stall that outlasts
+      // the window is measured too.
+      if (prev < last_first && t > release) out->background_gaps_during.push_back(gap);
+      if (prev > settled_at && t <= release) out->background_gaps_before.push_back(gap);
     }
   }
   for (const Record& r : burst) {
@@ -293,8 +300,9 @@ bool RunRepeat(v1::Decoder::Stub* stub, const v1::ModelInfo& info, int64_t salt,
   const double window_s = out->last_ttft_ms / 1e3;
   if (window_s > 0) {
     out->burst_window_tok_s = static_cast<double>(during_events) / window_s;
-    out->background_tok_s_before = static_cast<double>(before_events) / window_s;
   }
+  const double before_s = std::chrono::duration<double>(release - settled_at).count();
+  if (before_s > 0) out->background_tok_s_before = static_cast<double>(before_events) / before_s;
   return true;
 }
 

@@ -31,7 +31,7 @@
 // (geometry == the model's, a free position for every row on it:
 // RESOURCE_EXHAUSTED otherwise) and token id (INVALID_ARGUMENT).
 // A held plan whose PlanKey no longer matches (another weights instance,
-// another row count) is rebuilt, never reused.
+// another row or output count) is rebuilt, never reused.
 #ifndef DECODED_ENGINE_DECODE_DRIVER_H_
 #define DECODED_ENGINE_DECODE_DRIVER_H_
 

@@ -165,6 +165,9 @@ DecodedServer::~DecodedServer() {
   stop_threads_.Notify();
   if (watchdog_.joinable()) watchdog_.join();
   if (prober_.joinable()) prober_.join();
+  // No scrape may still be reading the server or the engine below: the
+  // endpoint's worker threads are joined first.
+  metrics_endpoint_.reset();
   metrics_->SetServerState(nullptr);
   server_.reset();
   listener_.reset();
