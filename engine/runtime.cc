@@ -3,6 +3,7 @@
 
 #include "engine/gguf/file_type.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -63,7 +64,8 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
   Backend& backend() const override { return *backend_; }
   const DecodeModel& family() const { return *family_; }
 
-  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override;
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch,
+                                                                int32_t max_step_tokens) const override;
 
   absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const override {
     if (max_seq_len < 1 || max_seq_len > info_.context_length) {
@@ -106,12 +108,15 @@ absl::StatusOr<absl::Span<const float>> ContextImpl::Decode(int32_t token, Execu
   return forward_with_kv_context_persistent(model_->family(), *kv_, session_, token, executor);
 }
 
-// One held plan per bucket; a step of n contexts runs bucket plan_rows(n).
+// One held plan per (rows, outputs) pair of buckets it ran: a step of n rows
+// of which m want logits runs the plan of plan_rows(n) rows and
+// plan_rows(max(m, 1)) outputs (a decode step: the same bucket twice).
 class BatchDecoderImpl final : public BatchDecoder {
  public:
-  BatchDecoderImpl(std::shared_ptr<const ModelImpl> model, int32_t max_batch)
-      : model_(std::move(model)), buckets_(BatchBuckets(max_batch)), plans_(buckets_.size()) {
-    rows_.reserve(static_cast<size_t>(max_batch));
+  BatchDecoderImpl(std::shared_ptr<const ModelImpl> model, int32_t max_batch, int32_t max_step_tokens)
+      : model_(std::move(model)), max_batch_(max_batch), buckets_(BatchBuckets(std::max(max_batch, max_step_tokens))) {
+    rows_.reserve(static_cast<size_t>(buckets_.back()));
+    spans_.reserve(static_cast<size_t>(max_batch));
   }
 
   absl::StatusOr<absl::Span<const float>> Decode(absl::Span<DecodeContext* const> contexts,
@@ -123,26 +128,70 @@ class BatchDecoderImpl final : public BatchDecoder {
     if (static_cast<int32_t>(contexts.size()) > max_batch()) {
       return absl::InvalidArgumentError(absl::StrCat(contexts.size(), " contexts exceed max_batch ", max_batch()));
     }
-    rows_.clear();
+    spans_.clear();
     for (size_t i = 0; i < contexts.size(); ++i) {
-      auto* ctx = dynamic_cast<ContextImpl*>(contexts[i]);
-      if (ctx == nullptr || ctx->model() != model_.get()) {
-        return absl::InvalidArgumentError(absl::StrCat("context ", i, " belongs to another model"));
-      }
-      rows_.push_back(DecodeRow{&ctx->kv(), tokens[i]});
+      spans_.push_back(StepSpan{contexts[i], tokens.subspan(i, 1), SpanLogits::kLast});
     }
-    const size_t b = Bucket(static_cast<int32_t>(contexts.size()));
-    return forward_batch_persistent(model_->family(), rows_, buckets_[b], plans_[b], executor);
+    return Step(spans_, executor);
   }
 
-  int32_t max_batch() const override { return buckets_.back(); }
+  absl::StatusOr<absl::Span<const float>> Step(absl::Span<const StepSpan> spans, Executor& executor) override {
+    if (spans.empty()) return absl::InvalidArgumentError("a step needs at least one span");
+    rows_.clear();
+    int32_t wanted = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const StepSpan& span = spans[i];
+      auto* ctx = dynamic_cast<ContextImpl*>(span.context);
+      if (ctx == nullptr || ctx->model() != model_.get()) {
+        return absl::InvalidArgumentError(absl::StrCat("span ", i, " belongs to another model's context"));
+      }
+      if (span.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("span ", i, " has no tokens"));
+      for (size_t j = 0; j < i; ++j) {
+        if (spans[j].context == span.context) {
+          return absl::InvalidArgumentError(absl::StrCat("spans ", j, " and ", i, " are of one context"));
+        }
+      }
+      if (rows_.size() + span.tokens.size() > static_cast<size_t>(max_step_tokens())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the step's spans hold more than ", max_step_tokens(), " tokens"));
+      }
+      for (size_t k = 0; k < span.tokens.size(); ++k) {
+        const bool logits = span.logits == SpanLogits::kAll ||
+                            (span.logits == SpanLogits::kLast && k + 1 == span.tokens.size());
+        rows_.push_back(DecodeRow{&ctx->kv(), span.tokens[k], logits});
+        wanted += logits ? 1 : 0;
+      }
+    }
+    const int32_t n = static_cast<int32_t>(rows_.size());
+    const int32_t plan_rows = buckets_[Bucket(n)];
+    const int32_t plan_outputs = buckets_[Bucket(std::max(wanted, 1))];
+    DecodeSession& plan = PlanFor(plan_rows, plan_outputs);
+    absl::StatusOr<absl::Span<const float>> logits =
+        forward_batch_persistent(model_->family(), rows_, plan_rows, plan_outputs, plan, executor);
+    if (!logits.ok() || plan_outputs < plan_rows || wanted == n) return logits;
+    // A plan of as many outputs as rows returns every row's logits: keep the
+    // wanted ones (a step of a few rows, one of them a short prefill span).
+    const size_t vocab = static_cast<size_t>(model_->family().dims().vocab);
+    selected_.resize(static_cast<size_t>(wanted) * vocab);
+    size_t out = 0;
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      if (!rows_[r].logits) continue;
+      std::copy_n(logits->data() + r * vocab, vocab, selected_.data() + out * vocab);
+      ++out;
+    }
+    return absl::MakeConstSpan(selected_);
+  }
+
+  int32_t max_batch() const override { return max_batch_; }
+  int32_t max_step_tokens() const override { return buckets_.back(); }
   int32_t plan_rows(int32_t n) const override { return buckets_[Bucket(n)]; }
   void Release() override {
-    for (DecodeSession& p : plans_) drop_decode_session(p);
+    plans_.clear();
+    selected_ = std::vector<float>();
   }
   int64_t bound_nodes() const override {
     int64_t n = 0;
-    for (const DecodeSession& p : plans_) n += p.bound_nodes;
+    for (const auto& [key, p] : plans_) n += p.session.bound_nodes;
     return n;
   }
 
@@ -153,17 +202,53 @@ class BatchDecoderImpl final : public BatchDecoder {
     return b;
   }
 
+  // The held plan for (rows, outputs), made empty (built by its first step)
+  // if absent; beyond kMaxHeldPlans, the least recently used other is dropped.
+  DecodeSession& PlanFor(int32_t rows, int32_t outputs) {
+    const std::pair<int32_t, int32_t> key{rows, outputs};
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      if (plans_.size() >= kMaxHeldPlans) {
+        auto oldest = std::min_element(plans_.begin(), plans_.end(),
+                                       [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
+        plans_.erase(oldest);
+      }
+      it = plans_.try_emplace(key).first;
+    }
+    it->second.last_used = ++uses_;
+    return it->second.session;
+  }
+
+  // Mixed steps make plans of many (rows, outputs) pairs; a decode-only load
+  // uses one per batch bucket. The cap bounds a worker's plan memory.
+  static constexpr size_t kMaxHeldPlans = 24;
+  struct HeldPlan {
+    DecodeSession session;
+    uint64_t last_used = 0;
+  };
+
   std::shared_ptr<const ModelImpl> model_;
+  const int32_t max_batch_;
   std::vector<int32_t> buckets_;
-  std::vector<DecodeSession> plans_;
+  // Keyed by (plan rows, plan outputs); std::map keeps each DecodeSession at
+  // one address while others are added.
+  std::map<std::pair<int32_t, int32_t>, HeldPlan> plans_;
+  uint64_t uses_ = 0;
   std::vector<DecodeRow> rows_;
+  std::vector<StepSpan> spans_;
+  std::vector<float> selected_;
 };
 
-absl::StatusOr<std::unique_ptr<BatchDecoder>> ModelImpl::NewBatchDecoder(int32_t max_batch) const {
+absl::StatusOr<std::unique_ptr<BatchDecoder>> ModelImpl::NewBatchDecoder(int32_t max_batch,
+                                                                        int32_t max_step_tokens) const {
   if (max_batch < 1 || max_batch > kMaxBatch) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch ", max_batch, " must be in [1, ", kMaxBatch, "]"));
   }
-  return std::unique_ptr<BatchDecoder>(new BatchDecoderImpl(shared_from_this(), max_batch));
+  if (max_step_tokens < 0 || max_step_tokens > kMaxStepTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_step_tokens ", max_step_tokens, " must be in [0, ", kMaxStepTokens, "]"));
+  }
+  return std::unique_ptr<BatchDecoder>(new BatchDecoderImpl(shared_from_this(), max_batch, max_step_tokens));
 }
 
 std::string DominantWeightType(const GgufFile& file) {
@@ -199,12 +284,15 @@ absl::Status PrepareBackend(const DecodeModel& family, Backend& backend) {
 
 }  // namespace
 
-std::vector<int32_t> BatchBuckets(int32_t max_batch) {
+std::vector<int32_t> BatchBuckets(int32_t max_rows) {
   std::vector<int32_t> out;
-  for (int32_t b : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
-    if (b < max_batch) out.push_back(b);
+  // 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, ...: each a power of two or
+  // 1.5 times one.
+  for (int32_t p = 1; p < max_rows; p *= 2) {
+    out.push_back(p);
+    if (p >= 2 && p + p / 2 < max_rows) out.push_back(p + p / 2);
   }
-  out.push_back(std::max(max_batch, 1));
+  out.push_back(std::max(max_rows, 1));
   return out;
 }
 

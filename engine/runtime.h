@@ -81,9 +81,12 @@ class Model {
   // INVALID_ARGUMENT if max_seq_len < 1 or > info().context_length.
   virtual absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const = 0;
 
-  // A batched decoder over this model's contexts for steps of up to
-  // `max_batch` contexts. INVALID_ARGUMENT unless 1 <= max_batch <= kMaxBatch.
-  virtual absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const = 0;
+  // A batched decoder over this model's contexts for decode steps of up to
+  // `max_batch` contexts and mixed steps (BatchDecoder::Step) of up to
+  // max(max_batch, max_step_tokens) tokens. INVALID_ARGUMENT unless
+  // 1 <= max_batch <= kMaxBatch and 0 <= max_step_tokens <= kMaxStepTokens.
+  virtual absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch,
+                                                                        int32_t max_step_tokens = 0) const = 0;
 };
 
 // Largest number of tokens one Prefill call accepts; longer prompts are fed in
@@ -124,6 +127,21 @@ class DecodeContext {
   virtual int64_t bound_nodes() const = 0;
 };
 
+// Which logits a span of a step returns.
+enum class SpanLogits {
+  kNone,  // none: a prefill chunk that does not end its prompt
+  kLast,  // its last token's row: a decode row, the chunk that ends a prompt
+  kAll,   // every token's row: a prompt whose logprobs are asked for
+};
+
+// One sequence's part of a step: `tokens` appended to `context` at
+// context->cached_len(), cached_len() + 1, ...
+struct StepSpan {
+  DecodeContext* context = nullptr;
+  absl::Span<const int32_t> tokens;
+  SpanLogits logits = SpanLogits::kLast;
+};
+
 // Steps many decode contexts of one model in one plan run (batched decode):
 // one token row per context, every matmul reading each weight block once for
 // all rows, each row attending over its own context's KV cache. Holds one
@@ -145,8 +163,23 @@ class BatchDecoder {
   virtual absl::StatusOr<absl::Span<const float>> Decode(absl::Span<DecodeContext* const> contexts,
                                                          absl::Span<const int32_t> tokens, Executor& executor) = 0;
 
+  // A mixed step: every span's tokens in one plan run of as many rows (a
+  // decode row is a span of one token, a prefill chunk a span of many), at
+  // most max_step_tokens() in all. Returns the spans' logits rows in span
+  // order, [rows, vocab] f32 row-major (SpanLogits says how many rows each
+  // span has: 0, 1 or its length), valid until the next call. A span's rows
+  // are byte-identical to its tokens decoded alone one at a time, whatever
+  // the other spans: each row's arithmetic is independent of the others.
+  // INVALID_ARGUMENT: no spans, an empty span, a context twice or of another
+  // model, more tokens than max_step_tokens(), a token outside the
+  // vocabulary; RESOURCE_EXHAUSTED: a span that does not fit its context.
+  // Nothing is written to any context on error.
+  virtual absl::StatusOr<absl::Span<const float>> Step(absl::Span<const StepSpan> spans, Executor& executor) = 0;
+
   virtual int32_t max_batch() const = 0;
-  // Rows of the plan a step of n contexts runs (the smallest bucket >= n).
+  // Rows one Step may run: max(max_batch, the max_step_tokens it was made for).
+  virtual int32_t max_step_tokens() const { return max_batch(); }
+  // Rows of the plan a step of n rows runs (the smallest bucket >= n).
   virtual int32_t plan_rows(int32_t n) const = 0;
   // Drops every held plan and its bindings (rebuilt on the next Decode).
   virtual void Release() = 0;
@@ -156,12 +189,15 @@ class BatchDecoder {
 
 // Largest --max_batch accepted.
 inline constexpr int32_t kMaxBatch = 64;
+// Largest --max_step_tokens accepted.
+inline constexpr int32_t kMaxStepTokens = 2048;
 
-// The plan sizes a BatchDecoder of `max_batch` keeps: 1, 2, 3, 4, 6, 8, 12,
-// 16, 24, 32, 48, 64 up to max_batch, and max_batch itself. A step pads to
-// the next bucket, so no step runs more than a third of its rows as padding
-// beyond 4 rows, while a worker holds at most a dozen plans.
-std::vector<int32_t> BatchBuckets(int32_t max_batch);
+// The plan sizes a BatchDecoder of `max_rows` rows keeps: 1, 2, 3, 4, 6, 8,
+// 12, 16, then steps of 1.5x and 1.33x alternately (24, 32, 48, 64, 96, 128,
+// ...) below max_rows, and max_rows itself. A step pads to the next bucket,
+// so no step runs more than a third of its rows as padding beyond 4 rows,
+// while a worker holds a plan per size it used (a few dozen at most).
+std::vector<int32_t> BatchBuckets(int32_t max_rows);
 
 // A CPU executor (CpuBackend().CreateExecutor) with `threads` compute threads (>= 1). With `lent_threads`,
 // each parallel region runs on max(1, threads - *lent_threads) of them (read

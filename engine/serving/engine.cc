@@ -47,8 +47,9 @@ class RealServingModel final : public ServingModel {
     return model_->tokenizer().EncodeChat(messages, /*add_generation_prompt=*/true, parse_special_in_chat_content_);
   }
   int32_t bos_id() const override { return model_->tokenizer().bos_id(); }
-  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override {
-    return model_->NewBatchDecoder(max_batch);
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch,
+                                                                int32_t max_step_tokens) const override {
+    return model_->NewBatchDecoder(max_batch, max_step_tokens);
   }
   absl::Status health() const override { return model_->backend().health(); }
   bool prefill_depends_on_chunk_rows() const override { return model_->backend().prefill_depends_on_chunk_rows(); }
@@ -85,6 +86,10 @@ absl::Status CheckEngineOptions(const EngineOptions& o) {
   if (o.max_unconsumed_events < 1) return absl::InvalidArgumentError("max_unconsumed_events must be >= 1");
   if (o.max_batch < 1 || o.max_batch > kMaxBatch) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch must be in [1, ", kMaxBatch, "]"));
+  }
+  if (o.max_step_tokens != 0 && (o.max_step_tokens <= o.max_batch || o.max_step_tokens > kMaxStepTokens)) {
+    return absl::InvalidArgumentError(absl::StrCat("max_step_tokens must be 0 or in (max_batch = ", o.max_batch,
+                                                   ", ", kMaxStepTokens, "]"));
   }
   if (o.limits.max_text_bytes < 1 || o.limits.max_chat_messages < 1 || o.limits.max_token_ids < 1 ||
       o.limits.max_stop_sequences < 0) {
@@ -189,6 +194,7 @@ class EngineImpl final : public Engine {
       return e;
     };
     so.max_batch = options.max_batch;
+    so.max_step_tokens = options.max_step_tokens;
     so.on_step = options.on_step;
     so.on_device_lost = options.on_device_lost;
     scheduler_ = std::make_unique<Scheduler>(model_.get(), std::move(so));

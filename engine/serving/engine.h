@@ -128,11 +128,12 @@ class TurnSink {
 
 // One worker step, as metrics see it.
 struct StepInfo {
-  bool prefill = false;  // a prefill chunk of one session, else a decode step
+  bool prefill = false;  // the step ran prompt tokens (alone or beside decode rows)
   double seconds = 0;    // duration of the model call
-  // Tokens the step put through the model: the chunk's tokens, or the decode
-  // step's rows (one per session stepped: its batch size).
+  // Tokens the step put through the model: its prefill tokens and decode rows.
   int32_t tokens = 0;
+  // Sessions the step decoded a token for (its decode batch size).
+  int32_t decode_rows = 0;
 };
 
 // Bounds on one request, checked before any work is done for it, so the cost
@@ -203,6 +204,14 @@ struct EngineOptions {
   // decode step takes every runnable decoding session, up to this many, into
   // one plan run). 1 steps sessions one at a time. 1..kMaxBatch.
   int max_batch = 16;
+  // Tokens one step may run (vLLM's max_num_batched_tokens): each step packs
+  // every decoding session's next token (up to max_batch) and fills the rest
+  // with prefill spans of waiting prompts, in queue order, all through one
+  // held plan run (BatchDecoder::Step). So a burst of prompts is prefilled
+  // together, and a decoding session waits at most one such step for its
+  // next token. 0: a prefill step is one session's chunk alone, through D1
+  // (the behaviour before mixed steps). Else max_batch < it <= kMaxStepTokens.
+  int max_step_tokens = 256;
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(const StepInfo&)> on_step;

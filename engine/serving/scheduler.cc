@@ -392,7 +392,7 @@ bool Scheduler::DecodeReady(const Session* s) const {
 
 void Scheduler::PickLocked(std::vector<Picked>& picked) {
   auto first = runnable_.begin();
-  auto take = [&](std::deque<Session*>::iterator it) {
+  auto take = [&](std::deque<Session*>::iterator it, int32_t span_tokens = 0) {
     Session* s = *it;
     s->queued = false;
     s->running = true;
@@ -401,15 +401,47 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
       s->turn_started = true;
       --not_started_;
     }
-    picked.push_back(Picked{s, s->turn.get(), s->sink, s->end_request});
+    picked.push_back(Picked{s, s->turn.get(), s->sink, s->end_request, span_tokens});
     return runnable_.erase(it);
   };
+  const size_t max_batch = static_cast<size_t>(MaxBatch());
+  if (const int32_t budget = MaxStepTokens(); budget > 0) {
+    if ((*first)->end_request) {
+      take(first);
+      return;
+    }
+    // Decode rows first, so a decoding session waits at most one step
+    // whatever arrives; prompts share what the budget leaves.
+    size_t decode_rows = 0;
+    for (auto it = runnable_.begin(); it != runnable_.end() && decode_rows < max_batch;) {
+      if (!DecodeReady(*it)) {
+        ++it;
+        continue;
+      }
+      it = take(it);
+      ++decode_rows;
+    }
+    int32_t left = budget - static_cast<int32_t>(decode_rows);
+    for (auto it = runnable_.begin(); it != runnable_.end() && left > 0;) {
+      const Session* s = *it;
+      if (s->end_request || s->turn->PrefillRemaining() == 0) {
+        ++it;
+        continue;
+      }
+      int32_t n = std::min(left, s->turn->PrefillRemaining());
+      // Every row of a prompt-logprobs span is an output row ([n, vocab]
+      // logits): no more of them per step than a D1 chunk computes.
+      if (s->turn->turn().prompt_logprobs) n = std::min(n, kMaxPrefillChunk);
+      left -= n;
+      it = take(it, n);
+    }
+    return;
+  }
   const bool batch = DecodeReady(*first);
   take(first);
   if (!batch) return;
   // Continuous batching: every other session waiting to decode joins this
   // step, in queue order, up to max_batch.
-  const size_t max_batch = static_cast<size_t>(MaxBatch());
   for (auto it = runnable_.begin(); it != runnable_.end() && picked.size() < max_batch;) {
     it = DecodeReady(*it) ? take(it) : it + 1;
   }
@@ -419,8 +451,8 @@ void Scheduler::WorkerLoop() {
   std::unique_ptr<Executor> executor = options_.make_executor();
   // The worker's held decode plans, one per batch-size bucket. A model that
   // cannot make them gets ServingModel's one-context-at-a-time decoder.
-  absl::StatusOr<std::unique_ptr<BatchDecoder>> made = model_->NewBatchDecoder(MaxBatch());
-  if (!made.ok()) made = model_->ServingModel::NewBatchDecoder(MaxBatch());
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> made = model_->NewBatchDecoder(MaxBatch(), MaxStepTokens());
+  if (!made.ok()) made = model_->ServingModel::NewBatchDecoder(MaxBatch(), MaxStepTokens());
   std::unique_ptr<BatchDecoder> decoder = *std::move(made);
   bool holds_plans = false;
   std::vector<Picked> picked;
@@ -450,17 +482,20 @@ void Scheduler::WorkerLoop() {
       continue;
     }
 
-    // Step: end a turn asked to end, run a prefill chunk, or run one decode
-    // step for every picked session at once.
+    // Step: end a turn asked to end, run a mixed step, a prefill chunk, or
+    // one decode step for every picked session at once.
     outs.assign(picked.size(), StepOutput{});
     const Picked& p0 = picked.front();
-    if (picked.size() == 1 && (p0.end_request || !p0.turn->PendingDecodeToken())) {
+    if (MaxStepTokens() > 0 && !p0.end_request) {
+      RunMixedStep(picked, *decoder, *executor, outs);
+      holds_plans = decoder->bound_nodes() > 0;
+    } else if (picked.size() == 1 && (p0.end_request || !p0.turn->PendingDecodeToken())) {
       if (p0.end_request) {
         outs[0].end = p0.turn->End(*p0.end_request);
       } else {
         outs[0] = p0.turn->Step(*p0.session->ctx, *executor, PrefillChunk(others_waiting));
         if (options_.on_step && outs[0].seconds > 0) {
-          options_.on_step(StepInfo{outs[0].prefill, outs[0].seconds, outs[0].fed});
+          options_.on_step(StepInfo{outs[0].prefill, outs[0].seconds, outs[0].fed, outs[0].prefill ? 0 : 1});
         }
       }
     } else {
@@ -485,13 +520,14 @@ void Scheduler::WorkerLoop() {
                           : logits.status();
           outs[k] = picked[k].turn->FinishDecode(std::move(row), seconds, *contexts[k]);
         });
-        if (options_.on_step) options_.on_step(StepInfo{false, seconds, static_cast<int32_t>(picked.size())});
+        const auto rows = static_cast<int32_t>(picked.size());
+        if (options_.on_step) options_.on_step(StepInfo{false, seconds, rows, rows});
       } else {
         // A batched step refuses as a whole (nothing is written): step each
         // session alone so the error lands on the session it belongs to.
         for (size_t i = 0; i < picked.size(); ++i) {
           outs[i] = picked[i].turn->Step(*contexts[i], *executor);
-          if (options_.on_step && outs[i].seconds > 0) options_.on_step(StepInfo{false, outs[i].seconds, 1});
+          if (options_.on_step && outs[i].seconds > 0) options_.on_step(StepInfo{false, outs[i].seconds, 1, 1});
         }
       }
       holds_plans = decoder->bound_nodes() > 0;
@@ -501,6 +537,76 @@ void Scheduler::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       busy_ -= 1;
+    }
+  }
+}
+
+void Scheduler::RunMixedStep(const std::vector<Picked>& picked, BatchDecoder& decoder, Executor& executor,
+                             std::vector<StepOutput>& outs) {
+  const size_t n = picked.size();
+  std::vector<int32_t> decode_tokens(n);  // a decode row's token (a span points at it)
+  std::vector<StepSpan> spans(n);
+  StepInfo info;
+  for (size_t i = 0; i < n; ++i) {
+    const Picked& p = picked[i];
+    spans[i].context = p.session->ctx.get();
+    if (p.span_tokens > 0) {
+      spans[i].tokens = p.turn->NextPrefill(p.span_tokens);
+      spans[i].logits = p.turn->PrefillLogits(p.span_tokens);
+      info.prefill = true;
+    } else {
+      decode_tokens[i] = *p.turn->PendingDecodeToken();
+      spans[i].tokens = absl::MakeConstSpan(&decode_tokens[i], 1);
+      spans[i].logits = SpanLogits::kLast;
+      ++info.decode_rows;
+    }
+    info.tokens += static_cast<int32_t>(spans[i].tokens.size());
+  }
+  // Rows of the step's logits that belong to span i.
+  auto rows_of = [&](size_t i) -> size_t {
+    switch (spans[i].logits) {
+      case SpanLogits::kNone: return 0;
+      case SpanLogits::kLast: return 1;
+      case SpanLogits::kAll: return spans[i].tokens.size();
+    }
+    return 0;
+  };
+  auto finish = [&](size_t i, absl::StatusOr<absl::Span<const float>> rows, double seconds) {
+    const Picked& p = picked[i];
+    outs[i] = p.span_tokens > 0 ? p.turn->FinishPrefill(p.span_tokens, std::move(rows), seconds, *spans[i].context)
+                                : p.turn->FinishDecode(std::move(rows), seconds, *spans[i].context);
+  };
+
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<absl::Span<const float>> logits = decoder.Step(spans, executor);
+  info.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (logits.ok() || n == 1) {
+    const size_t vocab = static_cast<size_t>(model_->vocab_size());
+    std::vector<size_t> first_row(n, 0);
+    for (size_t i = 1; i < n; ++i) first_row[i] = first_row[i - 1] + rows_of(i - 1);
+    // Each turn samples its own row (its sampler, stop rules and text
+    // decoder are its own): spread over the worker's threads.
+    executor.ParallelFor(static_cast<int64_t>(n), [&](int64_t k) {
+      const size_t i = static_cast<size_t>(k);
+      absl::StatusOr<absl::Span<const float>> rows =
+          logits.ok() ? absl::StatusOr<absl::Span<const float>>(
+                            logits->subspan(first_row[i] * vocab, rows_of(i) * vocab))
+                      : logits.status();
+      finish(i, std::move(rows), info.seconds);
+    });
+    if (options_.on_step) options_.on_step(info);
+    return;
+  }
+  // A step refuses as a whole (nothing is written): step each span alone so
+  // the error lands on the session it belongs to, through the same plans.
+  for (size_t i = 0; i < n; ++i) {
+    const Clock::time_point alone = Clock::now();
+    absl::StatusOr<absl::Span<const float>> rows = decoder.Step(absl::MakeConstSpan(&spans[i], 1), executor);
+    const double seconds = std::chrono::duration<double>(Clock::now() - alone).count();
+    finish(i, std::move(rows), seconds);
+    if (options_.on_step) {
+      const bool prefill = picked[i].span_tokens > 0;
+      options_.on_step(StepInfo{prefill, seconds, static_cast<int32_t>(spans[i].tokens.size()), prefill ? 0 : 1});
     }
   }
 }

@@ -4,19 +4,24 @@
 // - Runnable sessions wait in one FIFO queue. A worker takes one step's
 //   sessions out of it, runs the step, emits the step's events, and pushes
 //   each session back if its turn has more work. A step is one of: ending a
-//   turn asked to end; one prefill chunk of one session; one decode step of
-//   every session waiting to decode, up to max_batch, in queue order
-//   (continuous batching: a session joins the batch at its next token and
+//   turn asked to end (the session at the queue's front, alone); else, with
+//   max_step_tokens > 0, a mixed step: the next token of every session
+//   waiting to decode (up to max_batch, in queue order), then prefill spans
+//   of the waiting prompts in queue order, each as many of its tokens as
+//   the step's token budget has left (max_step_tokens minus the decode
+//   rows), all in one BatchDecoder::Step. With max_step_tokens == 0: one
+//   prefill chunk of the front session alone, or one decode step of every
+//   session waiting to decode, up to max_batch, in queue order. Either way
+//   continuous batching: a session joins the batch at its next token and
 //   leaves it when its turn ends, is cancelled or its client goes, without
-//   stalling the others). A session is in at most one place at a time (queue
-//   or one worker): its steps never overlap, and every runnable session gets
-//   a step per round (round-robin fairness).
-// - Prefill interleaving bound: round-robin puts every other runnable
-//   session's step between two decode steps of a running session, and a
-//   prefill step is one chunk of at most kSharedPrefillChunk tokens while
-//   other sessions wait. So a long prompt delays each token of the running
-//   sessions by at most one such chunk (per prompt being prefilled), however
-//   long the prompt is.
+//   stalling the others. A session is in at most one place at a time (queue
+//   or one worker): its steps never overlap.
+// - Decode latency bound: with mixed steps, every decoding session (up to
+//   max_batch) is in every step, so a burst of prompts delays its next token
+//   by at most one step of max_step_tokens tokens, however many prompts
+//   arrive. Without: round-robin puts every other runnable session's step
+//   between two decode steps of a running session, and a prefill step is one
+//   chunk of at most kSharedPrefillChunk tokens while other sessions wait.
 // - A worker holds its decode plans (one per batch-size bucket) while any
 //   session is open and releases them, with every binding, when none is.
 // - The scheduler is the one owner of a session's turn state: the running
@@ -84,6 +89,9 @@ struct SchedulerOptions {
   int max_unconsumed_events = 8;  // see EngineOptions
   std::function<std::unique_ptr<Executor>()> make_executor;
   int max_batch = 1;  // decode sessions stepped together (see EngineOptions)
+  // Token budget of a mixed step (see EngineOptions); 0: no mixed steps.
+  // A value <= max_batch is raised to max_batch + 1.
+  int32_t max_step_tokens = 0;
   std::function<void(const StepInfo&)> on_step;  // may be empty
   std::function<void(const absl::Status&)> on_device_lost;  // see EngineOptions; may be empty
 };
@@ -123,6 +131,8 @@ class Scheduler {
     TurnRunner* turn;
     TurnSink* sink;
     std::optional<FinishReason> end_request;
+    // Prompt tokens a mixed step prefills for it; 0: a decode row (or an end).
+    int32_t span_tokens = 0;
   };
   // What a worker waits for: work, stop, or (holding plans) no open session.
   struct WorkerWake {
@@ -134,10 +144,18 @@ class Scheduler {
   void WorkerLoop();
   // Sessions one decode step takes: options_.max_batch within [1, kMaxBatch].
   int32_t MaxBatch() const { return std::clamp(options_.max_batch, 1, kMaxBatch); }
+  // Token budget of a mixed step; 0 without mixed steps.
+  int32_t MaxStepTokens() const {
+    if (options_.max_step_tokens <= 0) return 0;
+    return std::clamp(options_.max_step_tokens, MaxBatch() + 1, kMaxStepTokens);
+  }
   // A queued session whose next step is a decode step (no end requested).
   bool DecodeReady(const Session* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the sessions of one step out of the run queue (see the contract).
   void PickLocked(std::vector<Picked>& picked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs one mixed step of `picked` (BatchDecoder::Step) into `outs`.
+  void RunMixedStep(const std::vector<Picked>& picked, BatchDecoder& decoder, Executor& executor,
+                    std::vector<StepOutput>& outs);
   // After a step: credits, turn end, events, re-queue or release.
   void FinishStep(const Picked& p, StepOutput out) ABSL_LOCKS_EXCLUDED(mu_);
   // Tokens of the next prefill step: kSharedPrefillChunk while other sessions

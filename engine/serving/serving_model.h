@@ -47,12 +47,15 @@ class ServingModel {
   // rejects the conversation (e.g. roles that do not alternate).
   virtual absl::StatusOr<std::vector<int32_t>> EncodeConversation(absl::Span<const ChatMessage> messages) const = 0;
   virtual int32_t bos_id() const = 0;  // -1 when the vocabulary has none
-  // A worker's batched decoder for up to `max_batch` contexts per step
-  // (Model::NewBatchDecoder for the real model). The default steps each
-  // context alone through DecodeContext::Decode and gathers the rows: what a
-  // scripted fake's contexts support. INVALID_ARGUMENT unless
-  // 1 <= max_batch <= kMaxBatch.
-  virtual absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const;
+  // A worker's batched decoder for decode steps of up to `max_batch`
+  // contexts and mixed steps of up to max(max_batch, max_step_tokens) tokens
+  // (Model::NewBatchDecoder for the real model). The default steps each span
+  // alone, a one-token span through DecodeContext::Decode and a longer one
+  // through DecodeContext::Prefill, and gathers the rows: what a scripted
+  // fake's contexts support. INVALID_ARGUMENT unless
+  // 1 <= max_batch <= kMaxBatch and 0 <= max_step_tokens <= kMaxStepTokens.
+  virtual absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch,
+                                                                        int32_t max_step_tokens = 0) const;
   // The health of the device the model runs on (Backend::health: UNAVAILABLE
   // once a GPU was lost, for good). OK for a model without a device.
   virtual absl::Status health() const { return absl::OkStatus(); }

@@ -52,61 +52,74 @@ TurnRunner::TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector
 }
 
 StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk) {
-  StepOutput out;
   const Clock::time_point start = Clock::now();
   if (!first_step_) first_step_ = start;
 
   if (prefill_pos_ < prefill_.size()) {
-    out.prefill = true;
-    const size_t n = std::min<size_t>(std::clamp(max_prefill_chunk, 1, kMaxPrefillChunk), prefill_.size() - prefill_pos_);
-    absl::Span<const int32_t> chunk(prefill_.data() + prefill_pos_, n);
-    absl::StatusOr<absl::Span<const float>> logits = ctx.Prefill(chunk, turn_.prompt_logprobs, executor);
-    out.seconds = Seconds(Clock::now() - start);
-    prefill_seconds_ += out.seconds;
-    if (!logits.ok()) {
-      EndWithError(logits.status(), out);
-      return out;
-    }
-    // The chunk is in the KV cache now, whatever its logits are.
-    const size_t chunk_start = prefill_pos_;
-    prefill_pos_ += n;
-    out.fed = static_cast<int32_t>(n);
-    const int32_t vocab = model_.vocab_size();
-    absl::Span<const float> last = *logits;
-    if (turn_.prompt_logprobs) last = logits->subspan((n - 1) * vocab, vocab);
-    // Only rows that are read are checked: prompt logprob rows and the row
-    // the first token is sampled from.
-    const bool samples = prefill_pos_ == prefill_.size() && turn_.stopping.max_new_tokens > 0;
-    if (!AllFinite(turn_.prompt_logprobs ? *logits : samples ? last : absl::Span<const float>())) {
-      out.nonfinite_logits = true;
-      EndWithError(absl::OkStatus(), out);
-      return out;
-    }
-    if (turn_.prompt_logprobs) {
-      // Row i predicts token chunk_start + i + 1, which may open the next chunk.
-      for (size_t i = 0; i < n; ++i) {
-        const size_t next = chunk_start + i + 1;
-        if (next >= prefill_.size()) break;
-        prompt_logprobs_.push_back(LogSoftmaxAt(logits->subspan(i * vocab, vocab), prefill_[next]));
-      }
-    }
-    if (prefill_pos_ < prefill_.size()) return out;
-    if (!samples) {
-      out.end = MakeEnd(FinishReason::kLength);
-      return out;
-    }
-    if (ctx.cached_len() >= ctx.capacity()) {
-      // The prompt filled the context: a sampled token would have no position.
-      out.end = MakeEnd(FinishReason::kContextFull);
-      return out;
-    }
-    SampleAndEmit(last, ctx, out);
-    return out;
+    const int32_t n = std::min(std::clamp(max_prefill_chunk, 1, kMaxPrefillChunk), PrefillRemaining());
+    absl::StatusOr<absl::Span<const float>> logits = ctx.Prefill(NextPrefill(n), turn_.prompt_logprobs, executor);
+    return FinishPrefill(n, std::move(logits), Seconds(Clock::now() - start), ctx);
   }
 
   // Decode: feed the token sampled last step, sample the next.
   absl::StatusOr<absl::Span<const float>> logits = ctx.Decode(*unfed_, executor);
   return FinishDecode(std::move(logits), Seconds(Clock::now() - start), ctx);
+}
+
+SpanLogits TurnRunner::PrefillLogits(int32_t n) const {
+  if (turn_.prompt_logprobs) return SpanLogits::kAll;
+  const bool ends_prompt = prefill_pos_ + static_cast<size_t>(n) == prefill_.size();
+  return ends_prompt && turn_.stopping.max_new_tokens > 0 ? SpanLogits::kLast : SpanLogits::kNone;
+}
+
+StepOutput TurnRunner::FinishPrefill(int32_t n, absl::StatusOr<absl::Span<const float>> logits, double seconds,
+                                     DecodeContext& ctx) {
+  StepOutput out;
+  out.prefill = true;
+  out.seconds = seconds;
+  if (!first_step_) first_step_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(seconds));
+  prefill_seconds_ += seconds;
+  if (!logits.ok()) {
+    EndWithError(logits.status(), out);
+    return out;
+  }
+  // The span is in the KV cache now, whatever its logits are.
+  const size_t chunk_start = prefill_pos_;
+  prefill_pos_ += static_cast<size_t>(n);
+  out.fed = n;
+  const size_t vocab = static_cast<size_t>(model_.vocab_size());
+  // Only rows that are read are checked: prompt logprob rows and the row
+  // the first token is sampled from (a span that asked for no rows may still
+  // carry one: DecodeContext::Prefill always returns the last).
+  const bool samples = prefill_pos_ == prefill_.size() && turn_.stopping.max_new_tokens > 0;
+  absl::Span<const float> last;
+  if (samples) last = turn_.prompt_logprobs ? logits->subspan((static_cast<size_t>(n) - 1) * vocab, vocab) : *logits;
+  if (!AllFinite(turn_.prompt_logprobs ? *logits : last)) {
+    out.nonfinite_logits = true;
+    EndWithError(absl::OkStatus(), out);
+    return out;
+  }
+  if (turn_.prompt_logprobs) {
+    // Row i predicts token chunk_start + i + 1, which may open the next span.
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      const size_t next = chunk_start + i + 1;
+      if (next >= prefill_.size()) break;
+      prompt_logprobs_.push_back(LogSoftmaxAt(logits->subspan(i * vocab, vocab), prefill_[next]));
+    }
+  }
+  if (prefill_pos_ < prefill_.size()) return out;
+  if (!samples) {
+    out.end = MakeEnd(FinishReason::kLength);
+    return out;
+  }
+  if (ctx.cached_len() >= ctx.capacity()) {
+    // The prompt filled the context: a sampled token would have no position.
+    out.end = MakeEnd(FinishReason::kContextFull);
+    return out;
+  }
+  SampleAndEmit(last, ctx, out);
+  return out;
 }
 
 std::optional<int32_t> TurnRunner::PendingDecodeToken() const {

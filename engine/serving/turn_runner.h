@@ -83,6 +83,24 @@ class TurnRunner {
   // with other sessions' (BatchDecoder), and be completed by FinishDecode.
   std::optional<int32_t> PendingDecodeToken() const;
 
+  // Tokens of the prompt (carry first) not yet in the KV cache.
+  int32_t PrefillRemaining() const { return static_cast<int32_t>(prefill_.size() - prefill_pos_); }
+  // The next `n` of them (1 <= n <= PrefillRemaining()): a prefill span a
+  // mixed step (BatchDecoder::Step) runs outside, completed by FinishPrefill.
+  absl::Span<const int32_t> NextPrefill(int32_t n) const {
+    return absl::MakeConstSpan(prefill_).subspan(prefill_pos_, static_cast<size_t>(n));
+  }
+  // The logits rows a span of the next `n` prefill tokens needs: every row
+  // for prompt logprobs, else the last when the span ends the prompt and the
+  // turn samples, else none.
+  SpanLogits PrefillLogits(int32_t n) const;
+  // Completes a prefill span of the next `n` tokens that ran elsewhere:
+  // `logits` holds the rows PrefillLogits(n) asked for (or the step's error),
+  // `seconds` the step's duration. Samples the first token when the span
+  // ends the prompt, as Step does.
+  StepOutput FinishPrefill(int32_t n, absl::StatusOr<absl::Span<const float>> logits, double seconds,
+                           DecodeContext& ctx);
+
   // Completes a decode step that ran elsewhere: `logits` are this turn's row
   // [vocab] (or the step's error), `seconds` the step's duration; samples and
   // applies the stop rules as Step does.

@@ -57,19 +57,20 @@
 #include "server/server.h"
 #include "tests/common/model_path.h"
 #include "tests/common/test_backend.h"
+#include "tests/common/test_vocabulary.h"
 #include "tests/gguf/gguf_test_writer.h"
 #include "tests/server/e2e_support.h"
 
 namespace decoded::server {
 namespace {
 
+using testing::CopyWithTestVocabulary;
+using testing::TestVocabText;
+
 // The families' reference tests' logit tolerance (their measured worst:
 // 1.8e-5, llama_tiny).
 constexpr double kLogitTolerance = 5e-5;
 constexpr double kLogprobTolerance = 2 * kLogitTolerance;
-
-// The control tokens the test vocabulary starts with.
-constexpr int32_t kTestVocabControls = 3;
 
 struct FamilyFixture {
   const char* gguf;        // tests/data/<gguf>
@@ -105,54 +106,6 @@ constexpr FamilyFixture kFixtures[] = {
     {"deepseek2liteyarn_tiny.gguf", "deepseek2liteyarn_tiny.json", "deepseek2", false},
     {"deepseek3_tiny.gguf", "deepseek3_tiny.json", "deepseek2", false},
 };
-
-// The test vocabulary's spelling of `id` (see the file comment).
-std::string TestVocabPiece(int32_t id) {
-  if (id == 0) return "<unk>";
-  if (id == 1) return "<s>";
-  if (id == 2) return "</s>";
-  return std::string(1, static_cast<char>('!' + (id - kTestVocabControls)));
-}
-
-// The text a turn streams over the test vocabulary: control tokens spell nothing.
-std::string TestVocabText(const std::vector<int32_t>& ids) {
-  std::string text;
-  for (int32_t id : ids) {
-    if (id >= kTestVocabControls) text += TestVocabPiece(id);
-  }
-  return text;
-}
-
-// A temporary copy of tests/data/`gguf` with the test vocabulary of `vocab`
-// ids added, and `extra` metadata edits; "" (with a test failure) when it
-// cannot be made.
-std::string CopyWithTestVocabulary(const std::string& gguf, int vocab, std::vector<testing::KvEdit> extra = {}) {
-  using testing::Enc;
-  using testing::EncArr;
-  using testing::EncStr;
-  // '!' .. '~' are the bytes GPT-2's byte-to-unicode map spells as themselves.
-  if (vocab <= kTestVocabControls || vocab - kTestVocabControls > '~' - '!' + 1) {
-    ADD_FAILURE() << gguf << ": vocabulary of " << vocab << " does not fit the test vocabulary";
-    return "";
-  }
-  std::vector<std::string> tokens, types;
-  for (int32_t id = 0; id < vocab; ++id) {
-    tokens.push_back(EncStr(TestVocabPiece(id)));
-    types.push_back(Enc<int32_t>(id < kTestVocabControls ? 3 : 1));  // llama.cpp: 3 control, 1 normal
-  }
-  std::vector<testing::KvEdit> edits = {
-      {"tokenizer.ggml.model", testing::kStr, EncStr("gpt2")},
-      {"tokenizer.ggml.pre", testing::kStr, EncStr("gpt-2")},
-      {"tokenizer.ggml.tokens", testing::kArr, EncArr(testing::kStr, tokens)},
-      {"tokenizer.ggml.token_type", testing::kArr, EncArr(testing::kI32, types)},
-      {"tokenizer.ggml.merges", testing::kArr, EncArr(testing::kStr, {})},
-      {"tokenizer.ggml.bos_token_id", testing::kU32, Enc<uint32_t>(1)},
-      {"tokenizer.ggml.eos_token_id", testing::kU32, Enc<uint32_t>(2)}};
-  edits.insert(edits.end(), extra.begin(), extra.end());
-  const std::vector<uint8_t> bytes = testing::RewriteKvs(testing::ReadFileBytes(testing::TestDataPath(gguf)), edits);
-  if (bytes.empty()) return "";
-  return testing::WriteTempFile(bytes, "family_serving");
-}
 
 // log softmax(row)[id], in double.
 double LogSoftmaxAt(const nlohmann::json& row, int32_t id) {

@@ -41,6 +41,8 @@ struct FakeWorld {
   std::vector<size_t> prefill_sizes ABSL_GUARDED_BY(mu);  // tokens per Prefill call
   std::vector<bool> step_is_prefill ABSL_GUARDED_BY(mu);  // per entry of step_order
   std::vector<int> batch_sizes ABSL_GUARDED_BY(mu);       // contexts per batched decode step
+  std::vector<std::vector<int>> step_spans ABSL_GUARDED_BY(mu);  // span sizes per mixed step
+  std::vector<std::vector<int>> step_tags ABSL_GUARDED_BY(mu);   // context tag per span per mixed step
   std::atomic<int> plan_releases{0};                      // BatchDecoder::Release calls with plans held
   std::atomic<int> overlaps{0};
   std::atomic<int> destroyed{0};
@@ -169,7 +171,8 @@ class LetterText final : public TextDecoder {
 // then decodes the contexts one by one; "holds plans" once it has run.
 class FakeBatchDecoder final : public BatchDecoder {
  public:
-  FakeBatchDecoder(FakeWorld* world, int32_t max_batch) : world_(world), max_batch_(max_batch) {}
+  FakeBatchDecoder(FakeWorld* world, int32_t max_batch, int32_t max_step_tokens)
+      : world_(world), max_batch_(max_batch), max_step_tokens_(std::max(max_batch, max_step_tokens)) {}
   absl::StatusOr<absl::Span<const float>> Decode(absl::Span<DecodeContext* const> contexts,
                                                  absl::Span<const int32_t> tokens, Executor& executor) override {
     if (contexts.empty() || static_cast<int32_t>(contexts.size()) > max_batch_) {
@@ -188,7 +191,46 @@ class FakeBatchDecoder final : public BatchDecoder {
     }
     return absl::Span<const float>(logits_);
   }
+  // A mixed step: records its spans' sizes (a decode row is a span of 1),
+  // then runs them one by one: a decode row through Decode, a prefill span
+  // through Prefill (chunks of at most kMaxPrefillChunk).
+  absl::StatusOr<absl::Span<const float>> Step(absl::Span<const StepSpan> spans, Executor& executor) override {
+    std::vector<int> sizes, tags;
+    int total = 0;
+    for (const StepSpan& span : spans) {
+      sizes.push_back(static_cast<int>(span.tokens.size()));
+      tags.push_back(static_cast<FakeContext*>(span.context)->tag());
+      total += sizes.back();
+    }
+    if (spans.empty() || total > max_step_tokens_) return absl::InvalidArgumentError("bad step");
+    {
+      absl::MutexLock l(&world_->mu);
+      world_->step_spans.push_back(sizes);
+      world_->step_tags.push_back(tags);
+    }
+    held_ = true;
+    logits_.clear();
+    for (const StepSpan& span : spans) {
+      if (span.tokens.size() == 1 && span.logits == SpanLogits::kLast) {
+        auto row = span.context->Decode(span.tokens[0], executor);
+        if (!row.ok()) return row.status();
+        logits_.insert(logits_.end(), row->begin(), row->end());
+        continue;
+      }
+      for (size_t at = 0; at < span.tokens.size(); at += kMaxPrefillChunk) {
+        const auto chunk = span.tokens.subspan(at, kMaxPrefillChunk);
+        const bool all = span.logits == SpanLogits::kAll;
+        auto rows = span.context->Prefill(chunk, all, executor);
+        if (!rows.ok()) return rows.status();
+        if (all || (span.logits == SpanLogits::kLast && at + chunk.size() == span.tokens.size())) {
+          logits_.insert(logits_.end(), rows->begin(), rows->end());
+        }
+      }
+    }
+    return absl::Span<const float>(logits_);
+  }
   int32_t max_batch() const override { return max_batch_; }
+  int32_t max_step_tokens() const override { return max_step_tokens_; }
   int32_t plan_rows(int32_t n) const override { return n; }
   void Release() override {
     if (held_) world_->plan_releases++;
@@ -199,6 +241,7 @@ class FakeBatchDecoder final : public BatchDecoder {
  private:
   FakeWorld* world_;
   int32_t max_batch_;
+  int32_t max_step_tokens_;
   bool held_ = false;
   std::vector<float> logits_;
 };
@@ -234,8 +277,9 @@ class FakeModel final : public ServingModel {
     return ids;
   }
   int32_t bos_id() const override { return kBos; }
-  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch) const override {
-    return std::unique_ptr<BatchDecoder>(new FakeBatchDecoder(world_, max_batch));
+  absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch,
+                                                                int32_t max_step_tokens) const override {
+    return std::unique_ptr<BatchDecoder>(new FakeBatchDecoder(world_, max_batch, max_step_tokens));
   }
   bool prefill_depends_on_chunk_rows() const override { return world_->chunk_dependent_prefill; }
   absl::Status health() const override {
@@ -337,8 +381,12 @@ class ConsumingSink : public RecordingSink {
   SessionId id_;
 };
 
-class SchedulerTest : public ::testing::Test {
+// Every scheduler test runs twice: without mixed steps (param 0: a prefill
+// chunk of one session per step) and with them (a 64-token step budget).
+// Tests of one mode's step shapes skip the other.
+class SchedulerTest : public ::testing::TestWithParam<int32_t> {
  protected:
+  bool mixed() const { return GetParam() > 0; }
   std::unique_ptr<Scheduler> MakeScheduler(int workers, int max_sessions = 8, int max_queued = 8,
                                            int32_t context_length = 64, int max_unconsumed_events = 1 << 20,
                                            int max_batch = 1,
@@ -347,6 +395,7 @@ class SchedulerTest : public ::testing::Test {
     o.on_device_lost = std::move(on_device_lost);
     o.workers = workers;
     o.max_batch = max_batch;
+    o.max_step_tokens = GetParam();
     o.max_sessions = max_sessions;
     o.max_queued = max_queued;
     o.context_length = context_length;
@@ -361,7 +410,7 @@ class SchedulerTest : public ::testing::Test {
   FakeModel model_{&world_};
 };
 
-TEST_F(SchedulerTest, SessionsAreSteppedRoundRobin) {
+TEST_P(SchedulerTest, SessionsAreSteppedRoundRobin) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open(), b = *sched->Open(), c = *sched->Open();
   RecordingSink sa, sb, sc;
@@ -373,7 +422,9 @@ TEST_F(SchedulerTest, SessionsAreSteppedRoundRobin) {
   world_.Resume();
   ASSERT_TRUE(sa.WaitEnd() && sb.WaitEnd() && sc.WaitEnd());
   // 3 tokens = one prefill step (samples the first) + two decode steps each.
-  EXPECT_EQ(world_.Order(), (std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1, 2}));
+  // Mixed steps: a alone, then a's decode row beside b's and c's prompts.
+  EXPECT_EQ(world_.Order(), mixed() ? (std::vector<int>{0, 0, 1, 2, 0, 1, 2, 1, 2})
+                                    : (std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1, 2}));
   EXPECT_EQ(sa.ids(), (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(sa.end().reason, FinishReason::kLength);
 }
@@ -381,7 +432,8 @@ TEST_F(SchedulerTest, SessionsAreSteppedRoundRobin) {
 // Continuous batching: every session waiting to decode joins one step, up to
 // max_batch; sessions join at their next token (after their prefill) and
 // leave when their turn ends, and each still follows its own token chain.
-TEST_F(SchedulerTest, DecodingSessionsAreSteppedTogetherUpToMaxBatch) {
+TEST_P(SchedulerTest, DecodingSessionsAreSteppedTogetherUpToMaxBatch) {
+  if (mixed()) GTEST_SKIP() << "a chunk-per-step schedule";
   auto sched = MakeScheduler(1, 8, 8, 64, 1 << 20, /*max_batch=*/4);
   std::vector<RecordingSink> sinks(6);
   std::vector<SessionId> ids;
@@ -412,7 +464,8 @@ TEST_F(SchedulerTest, DecodingSessionsAreSteppedTogetherUpToMaxBatch) {
 // The prefill interleaving bound: while a 300-token prompt is prefilled, the
 // running sessions' decode steps alternate with its chunks, each of at most
 // kSharedPrefillChunk tokens.
-TEST_F(SchedulerTest, ALongPromptDelaysRunningSessionsByOneSharedChunkPerToken) {
+TEST_P(SchedulerTest, ALongPromptDelaysRunningSessionsByOneSharedChunkPerToken) {
+  if (mixed()) GTEST_SKIP() << "a chunk-per-step schedule";
   auto sched = MakeScheduler(1, 8, 8, 512, 1 << 20, /*max_batch=*/8);
   RecordingSink a, b, c;
   SessionId sa = *sched->Open(), sb = *sched->Open(), sc = *sched->Open();
@@ -457,8 +510,63 @@ TEST_F(SchedulerTest, ALongPromptDelaysRunningSessionsByOneSharedChunkPerToken) 
   EXPECT_EQ(max_chunks_between, 1);
 }
 
+// A mixed step takes every decoding session's next token and fills the rest
+// of its token budget with the waiting prompts, in queue order; a decoding
+// session is in every step from its first token to its last, so a burst of
+// prompts delays each of its tokens by one step at most.
+TEST_P(SchedulerTest, MixedStepsPackDecodeRowsAndPromptSpansUnderTheBudget) {
+  if (!mixed()) GTEST_SKIP() << "mixed steps only";
+  auto sched = MakeScheduler(1, 8, 8, 256, 1 << 20, /*max_batch=*/4);
+  std::vector<RecordingSink> sinks(5);
+  std::vector<SessionId> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(*sched->Open());
+  std::vector<std::vector<int32_t>> prompts = {{0}, {1}, {2}, std::vector<int32_t>(50, 3), std::vector<int32_t>(40, 4)};
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(ids[0], Turn(prompts[0], 12), &sinks[0]).ok());
+  world_.WaitStepsStarted(1);  // the worker holds session 0's first step
+  for (int i = 1; i < 5; ++i) ASSERT_TRUE(sched->Submit(ids[i], Turn(prompts[i], i < 3 ? 12 : 3), &sinks[i]).ok());
+  world_.Resume();
+  for (auto& s : sinks) ASSERT_TRUE(s.WaitEnd());
+
+  for (int i = 0; i < 5; ++i) {
+    // Each follows its own successor chain from its prompt's last token.
+    std::vector<int32_t> expected;
+    for (int k = 1; k <= (i < 3 ? 12 : 3); ++k) expected.push_back((prompts[i].back() + k) % kVocab);
+    EXPECT_EQ(sinks[i].ids(), expected) << "session " << i;
+    std::vector<int32_t> history = prompts[i];
+    history.insert(history.end(), expected.begin(), expected.end() - 1);  // the last is the carry
+    EXPECT_EQ(model_.context(i)->history(), history) << "session " << i;
+  }
+  std::vector<std::vector<int>> sizes, tags;
+  {
+    absl::MutexLock l(&world_.mu);
+    sizes = world_.step_spans;
+    tags = world_.step_tags;
+  }
+  ASSERT_GE(sizes.size(), 2u);
+  for (const auto& step : sizes) {
+    int total = 0;
+    for (int n : step) total += n;
+    EXPECT_LE(total, GetParam());
+  }
+  // Step 2: session 0's decode row, then 1 and 2's one-token prompts, then
+  // 3's whole prompt, and of 4's what the budget leaves (64 - 53).
+  EXPECT_EQ(tags[1], (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(sizes[1], (std::vector<int>{1, 1, 1, 50, 64 - 53}));
+  // Sessions 0..2 decode in every step from their first to their last.
+  for (int t = 0; t < 3; ++t) {
+    std::vector<size_t> in;
+    for (size_t s = 0; s < tags.size(); ++s) {
+      if (std::count(tags[s].begin(), tags[s].end(), t) > 0) in.push_back(s);
+    }
+    ASSERT_FALSE(in.empty());
+    EXPECT_EQ(in.back() - in.front() + 1, in.size()) << "session " << t << " sat out a step";
+  }
+}
+
+
 // A worker's plans (and their bindings) go when the last session closes.
-TEST_F(SchedulerTest, WorkersReleaseTheirPlansWhenNoSessionIsOpen) {
+TEST_P(SchedulerTest, WorkersReleaseTheirPlansWhenNoSessionIsOpen) {
   auto sched = MakeScheduler(2, 8, 8, 64, 1 << 20, /*max_batch=*/4);
   RecordingSink s1, s2;
   SessionId a = *sched->Open(), b = *sched->Open();
@@ -477,7 +585,7 @@ TEST_F(SchedulerTest, WorkersReleaseTheirPlansWhenNoSessionIsOpen) {
 
 // A cancel reaches a batched session before its next step; the others of
 // its batch go on.
-TEST_F(SchedulerTest, CancellingOneSessionOfABatchLeavesTheOthersRunning) {
+TEST_P(SchedulerTest, CancellingOneSessionOfABatchLeavesTheOthersRunning) {
   world_.step_sleep = absl::Milliseconds(2);
   auto sched = MakeScheduler(1, 8, 8, 64, 1 << 20, /*max_batch=*/4);
   std::vector<RecordingSink> sinks(3);
@@ -496,7 +604,7 @@ TEST_F(SchedulerTest, CancellingOneSessionOfABatchLeavesTheOthersRunning) {
   EXPECT_EQ(sinks[2].ids().size(), 20u);
 }
 
-TEST_F(SchedulerTest, StepsOfOneSessionNeverOverlapAcrossWorkers) {
+TEST_P(SchedulerTest, StepsOfOneSessionNeverOverlapAcrossWorkers) {
   world_.step_sleep = absl::Milliseconds(1);
   auto sched = MakeScheduler(3);
   std::vector<RecordingSink> sinks(4);
@@ -515,7 +623,7 @@ TEST_F(SchedulerTest, StepsOfOneSessionNeverOverlapAcrossWorkers) {
   }
 }
 
-TEST_F(SchedulerTest, CancelledQueuedTurnEndsWithoutAStep) {
+TEST_P(SchedulerTest, CancelledQueuedTurnEndsWithoutAStep) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open(), b = *sched->Open();
   RecordingSink sa, sb;
@@ -547,7 +655,7 @@ class CancelOnFirstToken : public RecordingSink {
   SessionId id_;
 };
 
-TEST_F(SchedulerTest, CancelMidTurnKeepsTheSessionUsable) {
+TEST_P(SchedulerTest, CancelMidTurnKeepsTheSessionUsable) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   CancelOnFirstToken first(sched.get(), a);
@@ -570,7 +678,7 @@ TEST_F(SchedulerTest, CancelMidTurnKeepsTheSessionUsable) {
   EXPECT_EQ(model_.context(0)->history(), (std::vector<int32_t>{0, 1, 7, 8}));
 }
 
-TEST_F(SchedulerTest, CloseDropsAQueuedTurnAndItsContext) {
+TEST_P(SchedulerTest, CloseDropsAQueuedTurnAndItsContext) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open(), b = *sched->Open();
   RecordingSink sa, sb;
@@ -589,7 +697,7 @@ TEST_F(SchedulerTest, CloseDropsAQueuedTurnAndItsContext) {
 
 // Close runs on gRPC callback threads: it must never wait for a step, and a
 // closed session must stop counting against admission at once.
-TEST_F(SchedulerTest, CloseReturnsAtOnceAndReleasesAfterTheRunningStep) {
+TEST_P(SchedulerTest, CloseReturnsAtOnceAndReleasesAfterTheRunningStep) {
   auto sched = MakeScheduler(1, /*max_sessions=*/1);
   SessionId a = *sched->Open();
   RecordingSink sa;
@@ -619,7 +727,7 @@ TEST_F(SchedulerTest, CloseReturnsAtOnceAndReleasesAfterTheRunningStep) {
   EXPECT_EQ(world_.Order().size(), 1u);
 }
 
-TEST_F(SchedulerTest, ReleaseOfAnIdleOrUnknownSessionRunsAtOnce) {
+TEST_P(SchedulerTest, ReleaseOfAnIdleOrUnknownSessionRunsAtOnce) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   bool released = false;
@@ -632,7 +740,7 @@ TEST_F(SchedulerTest, ReleaseOfAnIdleOrUnknownSessionRunsAtOnce) {
 }
 
 // The age of a running step is what health watches for a wedged worker loop.
-TEST_F(SchedulerTest, StatsReportTheAgeOfTheRunningStep) {
+TEST_P(SchedulerTest, StatsReportTheAgeOfTheRunningStep) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   RecordingSink sa;
@@ -674,7 +782,8 @@ std::vector<size_t> LongPromptChunksBesideADecodingSession(Scheduler& sched, Fak
 
 // A long prompt is prefilled in small chunks while another session waits, and
 // in full chunks when it runs alone.
-TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
+TEST_P(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
+  if (mixed()) GTEST_SKIP() << "a chunk-per-step schedule";
   auto sched = MakeScheduler(1, 8, 8, 1024);
   // a's 300 tokens come in chunks of kSharedPrefillChunk while b is decoding,
   // so a needs at least 300 / 32 calls.
@@ -693,7 +802,8 @@ TEST_F(SchedulerTest, PrefillChunksShrinkWhileOthersWait) {
 // prefill_depends_on_chunk_rows), a long prompt is cut into the same full
 // chunks while another session waits as alone: its tokens cannot depend on
 // the load.
-TEST_F(SchedulerTest, PrefillChunksStayFullWhereTheirSizeChangesResults) {
+TEST_P(SchedulerTest, PrefillChunksStayFullWhereTheirSizeChangesResults) {
+  if (mixed()) GTEST_SKIP() << "a chunk-per-step schedule";
   world_.chunk_dependent_prefill = true;
   auto sched = MakeScheduler(1, 8, 8, 1024);
   // 300 = 128 + 128 + 44, as alone.
@@ -703,7 +813,7 @@ TEST_F(SchedulerTest, PrefillChunksStayFullWhereTheirSizeChangesResults) {
 }
 
 // Sessions reserve KV at open; the budget caps how many fit.
-TEST_F(SchedulerTest, KvBudgetLimitsOpenSessions) {
+TEST_P(SchedulerTest, KvBudgetLimitsOpenSessions) {
   SchedulerOptions o;
   o.workers = 1;
   o.max_sessions = 8;
@@ -720,7 +830,7 @@ TEST_F(SchedulerTest, KvBudgetLimitsOpenSessions) {
   EXPECT_TRUE(sched.Open().ok());
 }
 
-TEST_F(SchedulerTest, SessionAndQueueLimitsAreEnforced) {
+TEST_P(SchedulerTest, SessionAndQueueLimitsAreEnforced) {
   auto sched = MakeScheduler(1, /*max_sessions=*/3, /*max_queued=*/1);
   SessionId a = *sched->Open(), b = *sched->Open(), c = *sched->Open();
   EXPECT_EQ(sched->Open().status().code(), absl::StatusCode::kResourceExhausted);
@@ -736,7 +846,7 @@ TEST_F(SchedulerTest, SessionAndQueueLimitsAreEnforced) {
   EXPECT_TRUE(sched->Open().ok());
 }
 
-TEST_F(SchedulerTest, BadTurnsAreRefusedWithTheirCodes) {
+TEST_P(SchedulerTest, BadTurnsAreRefusedWithTheirCodes) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/8);
   SessionId a = *sched->Open();
   RecordingSink sink;
@@ -765,7 +875,7 @@ TEST_F(SchedulerTest, BadTurnsAreRefusedWithTheirCodes) {
   EXPECT_EQ(other.calls(), 0);
 }
 
-TEST_F(SchedulerTest, EndOfGenerationAndStopTokensEndTheTurn) {
+TEST_P(SchedulerTest, EndOfGenerationAndStopTokensEndTheTurn) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   RecordingSink eog;
@@ -794,7 +904,7 @@ TEST_F(SchedulerTest, EndOfGenerationAndStopTokensEndTheTurn) {
   EXPECT_EQ(st.ids(), (std::vector<int32_t>{3, 4, 5}));
 }
 
-TEST_F(SchedulerTest, StopSequenceEndsTheTurnAndIsNotEmitted) {
+TEST_P(SchedulerTest, StopSequenceEndsTheTurnAndIsNotEmitted) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   PreparedTurn t = Turn({0}, 10);  // 1 2 3 4 ... -> "b" "c" "d" "e"
@@ -810,7 +920,7 @@ TEST_F(SchedulerTest, StopSequenceEndsTheTurnAndIsNotEmitted) {
 // Text held back as a possible stop-sequence start is not lost when the turn
 // is cancelled: it comes with the TurnEnd, so the events spell every token
 // the turn put in the context.
-TEST_F(SchedulerTest, CancelledTurnEndCarriesTheTextHeldBack) {
+TEST_P(SchedulerTest, CancelledTurnEndCarriesTheTextHeldBack) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   PreparedTurn t = Turn({0}, 10);  // 1 2 3 ... -> "b" "c" "d"
@@ -824,7 +934,7 @@ TEST_F(SchedulerTest, CancelledTurnEndCarriesTheTextHeldBack) {
   EXPECT_EQ(sink.end().text, "b");
 }
 
-TEST_F(SchedulerTest, FullContextEndsTheTurn) {
+TEST_P(SchedulerTest, FullContextEndsTheTurn) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/4);
   SessionId a = *sched->Open();
   RecordingSink sink;
@@ -839,7 +949,7 @@ TEST_F(SchedulerTest, FullContextEndsTheTurn) {
   EXPECT_EQ(sched->Submit(a, Turn({0}, 1), &more).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(SchedulerTest, PromptLogprobsScoreEveryPromptTokenAcrossChunks) {
+TEST_P(SchedulerTest, PromptLogprobsScoreEveryPromptTokenAcrossChunks) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/512);
   SessionId a = *sched->Open();
   // 200 tokens = two prefill chunks; token i+1 is the successor of token i
@@ -864,7 +974,7 @@ TEST_F(SchedulerTest, PromptLogprobsScoreEveryPromptTokenAcrossChunks) {
   }
 }
 
-TEST_F(SchedulerTest, PenaltiesSeeThePrompt) {
+TEST_P(SchedulerTest, PenaltiesSeeThePrompt) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   // Greedy would pick 2, the successor of the last prompt token; 2 also
@@ -883,7 +993,7 @@ TEST_F(SchedulerTest, PenaltiesSeeThePrompt) {
 // BOS belongs to the start of the context, so whether a turn gets one
 // follows from the context, not from whether an earlier turn was accepted:
 // a first turn cancelled while queued leaves the context empty.
-TEST_F(SchedulerTest, BosFollowsTheContextAfterACancelAtEveryPhase) {
+TEST_P(SchedulerTest, BosFollowsTheContextAfterACancelAtEveryPhase) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/1024);
   // Cancelled while queued: nothing entered the context.
   {
@@ -920,7 +1030,7 @@ TEST_F(SchedulerTest, BosFollowsTheContextAfterACancelAtEveryPhase) {
     ASSERT_TRUE(first.WaitEnd());
     EXPECT_EQ(first.end().reason, FinishReason::kCancelled);
     const int32_t kept = first.end().usage.context_tokens;
-    EXPECT_EQ(kept, kMaxPrefillChunk);
+    EXPECT_EQ(kept, mixed() ? GetParam() : kMaxPrefillChunk);  // one chunk, or one step's budget
     ASSERT_TRUE(sched->Submit(a, TextLikeTurn({9}, 1), &second).ok());
     ASSERT_TRUE(second.WaitEnd());
     std::vector<int32_t> expected = {kBos};
@@ -944,7 +1054,7 @@ TEST_F(SchedulerTest, BosFollowsTheContextAfterACancelAtEveryPhase) {
 
 // The token sampled last by a turn is context; a turn cancelled before its
 // first step must hand it on, not drop it.
-TEST_F(SchedulerTest, CarryTokenSurvivesATurnCancelledBeforeItsFirstStep) {
+TEST_P(SchedulerTest, CarryTokenSurvivesATurnCancelledBeforeItsFirstStep) {
   auto sched = MakeScheduler(1);
   SessionId busy = *sched->Open(), a = *sched->Open();
   RecordingSink t1, sb, t2, t3;
@@ -969,7 +1079,7 @@ TEST_F(SchedulerTest, CarryTokenSurvivesATurnCancelledBeforeItsFirstStep) {
 // turn's cached is this turn's context, and the last context is the sum of
 // all prompts and generated tokens, which is what the KV cache plus the
 // pending token hold.
-TEST_F(SchedulerTest, UsageAddsUpOverTurns) {
+TEST_P(SchedulerTest, UsageAddsUpOverTurns) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/256);
   SessionId a = *sched->Open();
   struct Spec {
@@ -1004,7 +1114,7 @@ TEST_F(SchedulerTest, UsageAddsUpOverTurns) {
   EXPECT_EQ(model_.context(0)->history().size(), 256u);
 }
 
-TEST_F(SchedulerTest, TurnSubmittedAfterACancelStartsWhenTheCancelledTurnEnds) {
+TEST_P(SchedulerTest, TurnSubmittedAfterACancelStartsWhenTheCancelledTurnEnds) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/16);
   SessionId a = *sched->Open();
   RecordingSink first, second;
@@ -1040,7 +1150,7 @@ TEST_F(SchedulerTest, TurnSubmittedAfterACancelStartsWhenTheCancelledTurnEnds) {
 // turn, cancel, turn, cancel: the second cancel is for the held turn, which
 // ends CANCELLED without running (not dropped because the first turn was
 // already ending).
-TEST_F(SchedulerTest, CancelAfterAHeldTurnCancelsTheHeldTurn) {
+TEST_P(SchedulerTest, CancelAfterAHeldTurnCancelsTheHeldTurn) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/32);
   SessionId a = *sched->Open();
   RecordingSink first, second;
@@ -1065,7 +1175,7 @@ TEST_F(SchedulerTest, CancelAfterAHeldTurnCancelsTheHeldTurn) {
 
 // A client that does not read gets at most max_unconsumed_events events
 // ahead; its session is then not stepped and its worker time goes to others.
-TEST_F(SchedulerTest, SessionWithoutCreditWaitsForItsClient) {
+TEST_P(SchedulerTest, SessionWithoutCreditWaitsForItsClient) {
   auto sched = MakeScheduler(1, 8, 8, 256, /*max_unconsumed_events=*/3);
   SessionId slow = *sched->Open(), fast = *sched->Open();
   RecordingSink slow_sink;  // never consumes
@@ -1097,7 +1207,7 @@ TEST_F(SchedulerTest, SessionWithoutCreditWaitsForItsClient) {
 // the credit must be spent before the event goes out, or the returned credit
 // is lost and a reading client's session parks for good. With one credit the
 // loss would stop the turn after its first token.
-TEST_F(SchedulerTest, CreditConsumedDuringEmissionIsNotLost) {
+TEST_P(SchedulerTest, CreditConsumedDuringEmissionIsNotLost) {
   auto sched = MakeScheduler(1, 8, 8, 256, /*max_unconsumed_events=*/1);
   SessionId a = *sched->Open();
   ConsumingSink sink(sched.get(), a);  // consumes inside OnToken, on the worker
@@ -1108,7 +1218,7 @@ TEST_F(SchedulerTest, CreditConsumedDuringEmissionIsNotLost) {
   EXPECT_EQ(sink.ids().size(), 30u);
 }
 
-TEST_F(SchedulerTest, BeginShutdownEndsEveryTurnWithShutdown) {
+TEST_P(SchedulerTest, BeginShutdownEndsEveryTurnWithShutdown) {
   auto sched = MakeScheduler(1, 8, 8, 256, /*max_unconsumed_events=*/2);
   SessionId running = *sched->Open(), queued = *sched->Open(), parked = *sched->Open();
   RecordingSink parked_sink;
@@ -1138,7 +1248,7 @@ TEST_F(SchedulerTest, BeginShutdownEndsEveryTurnWithShutdown) {
 
 // Logits with a NaN are never sampled from: the turn ends with INTERNAL and
 // the count of such turns rises.
-TEST_F(SchedulerTest, NonFiniteLogitsEndTheTurnWithAnError) {
+TEST_P(SchedulerTest, NonFiniteLogitsEndTheTurnWithAnError) {
   auto sched = MakeScheduler(1);
   SessionId a = *sched->Open();
   world_.nan_at_position = 3;  // prompt 0 1, decode 2, decode 3 -> NaN row
@@ -1165,7 +1275,7 @@ TEST_F(SchedulerTest, NonFiniteLogitsEndTheTurnWithAnError) {
 // on_device_lost once, before that turn's end reaches its sink (so health can
 // be NOT_SERVING by the time a client sees the error); a failing step on a
 // healthy device does not, and neither does a second failure after the loss.
-TEST_F(SchedulerTest, AFailedStepOnALostDeviceReportsTheLossOnceBeforeTheTurnEnds) {
+TEST_P(SchedulerTest, AFailedStepOnALostDeviceReportsTheLossOnceBeforeTheTurnEnds) {
   std::atomic<int> reports{0};
   RecordingSink healthy_sink, sink, later_sink;
   auto sched = MakeScheduler(1, 8, 8, 64, 1 << 20, 1, [&](const absl::Status& why) {
@@ -1217,7 +1327,7 @@ std::vector<int32_t> Rendered(const FakeModel& model, const std::vector<ChatMess
 // (as the client received them) included, whatever the replies' own tokens
 // were (the fake's reply ids 28, 29, ... re-encode as letters 2, 3, ..., so
 // the context is rewound to the generation prompt and the reply re-fed).
-TEST_F(SchedulerTest, ChatContextIsTheRenderingOfTheWholeConversation) {
+TEST_P(SchedulerTest, ChatContextIsTheRenderingOfTheWholeConversation) {
   auto sched = MakeScheduler(1);
   SessionId id = *sched->Open();
   std::vector<ChatMessage> conversation = {{"system", "be"}, {"user", "hi"}};
@@ -1251,7 +1361,7 @@ TEST_F(SchedulerTest, ChatContextIsTheRenderingOfTheWholeConversation) {
   EXPECT_EQ(model_.context(0)->history(), Rendered(model_, conversation));
 }
 
-TEST_F(SchedulerTest, ChatTurnRefusedByTheTemplateLeavesTheSessionAsItWas) {
+TEST_P(SchedulerTest, ChatTurnRefusedByTheTemplateLeavesTheSessionAsItWas) {
   auto sched = MakeScheduler(1);
   SessionId id = *sched->Open();
   RecordingSink t1;
@@ -1277,7 +1387,7 @@ TEST_F(SchedulerTest, ChatTurnRefusedByTheTemplateLeavesTheSessionAsItWas) {
 
 // A turn cancelled during its prefill is not part of the conversation: the
 // next turn rewinds the partial prompt it left.
-TEST_F(SchedulerTest, ChatTurnCutDuringPrefillIsForgotten) {
+TEST_P(SchedulerTest, ChatTurnCutDuringPrefillIsForgotten) {
   auto sched = MakeScheduler(1, 8, 8, /*context_length=*/512);
   SessionId id = *sched->Open();
   RecordingSink t1;
@@ -1292,7 +1402,8 @@ TEST_F(SchedulerTest, ChatTurnCutDuringPrefillIsForgotten) {
   world_.Resume();
   ASSERT_TRUE(cut.WaitEnd());
   EXPECT_EQ(cut.end().reason, FinishReason::kCancelled);
-  EXPECT_GT(model_.context(0)->history().size(), 100u);  // the partial prompt is in the KV cache
+  // The partial prompt is in the KV cache: a chunk, or a step's budget.
+  EXPECT_GT(model_.context(0)->history().size(), mixed() ? 50u : 100u);
   RecordingSink t2;
   ASSERT_TRUE(sched->Submit(id, ChatTurn({{"user", "ok"}}, 0), &t2).ok());
   ASSERT_TRUE(t2.WaitEnd());
@@ -1303,7 +1414,7 @@ TEST_F(SchedulerTest, ChatTurnCutDuringPrefillIsForgotten) {
 // A chat turn on an idle session is rendered once (outside the scheduler's
 // lock); one held behind a cancelled turn is rendered when it starts, so the
 // cancelled turn's reply (what the client received of it) is part of it.
-TEST_F(SchedulerTest, HeldChatTurnRendersTheConversationAsItIsWhenItStarts) {
+TEST_P(SchedulerTest, HeldChatTurnRendersTheConversationAsItIsWhenItStarts) {
   auto sched = MakeScheduler(1);
   SessionId id = *sched->Open();
   RecordingSink t1;
@@ -1330,7 +1441,7 @@ TEST_F(SchedulerTest, HeldChatTurnRendersTheConversationAsItIsWhenItStarts) {
 
 // After a text or token turn the context is no conversation's rendering: chat
 // turns are then rendered on their own and appended (their BOS dropped).
-TEST_F(SchedulerTest, ChatAfterATokenTurnIsAppended) {
+TEST_P(SchedulerTest, ChatAfterATokenTurnIsAppended) {
   auto sched = MakeScheduler(1);
   SessionId id = *sched->Open();
   RecordingSink t1;
@@ -1344,6 +1455,11 @@ TEST_F(SchedulerTest, ChatAfterATokenTurnIsAppended) {
   expected.insert(expected.end(), chat.begin() + 1, chat.end());
   EXPECT_EQ(model_.context(0)->history(), expected);
 }
+
+INSTANTIATE_TEST_SUITE_P(StepModes, SchedulerTest, ::testing::Values(0, 64),
+                         [](const ::testing::TestParamInfo<int32_t>& info) {
+                           return info.param == 0 ? std::string("ChunkPerStep") : std::string("MixedSteps");
+                         });
 
 }  // namespace
 }  // namespace decoded::serving

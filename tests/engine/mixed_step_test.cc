@@ -1,0 +1,75 @@
+// Mixed steps (BatchDecoder::Step) on the CPU: decode rows of running
+// sessions and prefill spans of waiting prompts in one held plan run
+// (tests/engine/mixed_step_check.h). A session's logits in a mixed step must
+// be byte-identical to
+//   - the same spans run alone, one Step each, with no other session (what
+//     the scheduler promises: a session's output does not depend on load);
+//   - D1 (a graph built per chunk) fed the whole sequence in chunks of
+//     kMaxPrefillChunk: on the CPU every row's arithmetic is independent of
+//     the other rows and of how the sequence is chunked, so the chunking a
+//     step budget picks changes no logit either.
+// On every family fixture and on the three real models. The control changes
+// one prompt token of one session: that session's rows must differ, and
+// every other session's rows must still match.
+#include <memory>
+#include <string>
+
+#include "engine/runtime.h"
+#include "gtest/gtest.h"
+#include "tests/common/model_path.h"
+#include "tests/common/test_vocabulary.h"
+#include "tests/engine/mixed_step_check.h"
+
+namespace decoded {
+namespace {
+
+using testing::CheckMixedSteps;
+
+class MixedStepFixtureTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MixedStepFixtureTest, EachSessionMatchesItsSpansAloneAndD1ByteForByte) {
+  const std::string path = testing::LoadableFixturePath(GetParam());
+  ASSERT_FALSE(path.empty());
+  CheckMixedSteps(path, /*unit=*/1, /*capacity=*/64, kMaxPrefillChunk);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MixedStepFixtureTest,
+                         ::testing::Values("gemma3_tiny_swa.gguf", "gemma3_tiny_softcap.gguf", "gemma3_tiny_f16.gguf",
+                                           "llama_tiny.gguf", "llama3rope_tiny.gguf", "llamayarn_tiny.gguf",
+                                           "qwen2_tiny.gguf", "qwen2yarn_tiny.gguf", "qwen3_tiny.gguf",
+                                           "qwen3moe_tiny.gguf", "phi3_tiny.gguf", "phi2_tiny.gguf",
+                                           "smollm3_tiny.gguf", "glm4_tiny.gguf", "deepseek2_tiny.gguf",
+                                           "deepseek2lite_tiny.gguf", "deepseek2moe_tiny.gguf",
+                                           "deepseek3_tiny.gguf"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           return name.substr(0, name.find('.'));
+                         });
+
+// Spans of up to ~200 tokens (B: 140, 121, 43; A's prompt 100), steps of up
+// to 200 rows: the plan buckets a 256-token budget uses.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kRealUnit = 6;  // several times slower under the sanitizers
+#else
+constexpr int kRealUnit = 20;
+#endif
+
+TEST(MixedStepRealModelTest, Gemma3) {
+  DECODED_REQUIRE_REAL_MODEL();
+  CheckMixedSteps(testing::RealModelPath(), kRealUnit, 512, kMaxPrefillChunk);
+}
+
+TEST(MixedStepRealModelTest, SmolLM2) {
+  const testing::NamedModel m = testing::NamedModelPath("DECODED_SMOLLM2_PATH", "smollm2-135m-instruct-q4_1.gguf");
+  DECODED_REQUIRE_NAMED_MODEL(m);
+  CheckMixedSteps(m.path, kRealUnit, 512, kMaxPrefillChunk);
+}
+
+TEST(MixedStepRealModelTest, Qwen2) {
+  const testing::NamedModel m = testing::NamedModelPath("DECODED_QWEN2_PATH", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+  DECODED_REQUIRE_NAMED_MODEL(m);
+  CheckMixedSteps(m.path, kRealUnit, 512, kMaxPrefillChunk);
+}
+
+}  // namespace
+}  // namespace decoded

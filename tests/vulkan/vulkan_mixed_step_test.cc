@@ -1,0 +1,63 @@
+// Mixed steps (BatchDecoder::Step) on the Vulkan backend (lavapipe in CI):
+// decode rows and prefill spans of several sessions in one held plan run. A
+// session's logits must be byte-identical to its spans run alone and to D1
+// one token per graph on the same device (tests/engine/mixed_step_check.h;
+// the real model against its spans alone).
+// D1 is fed one token at a time here, not in long chunks: a D1 chunk of
+// TiledMatMulMinRows rows or more takes the tiled mat-mat, whose sums are
+// ordered otherwise, while a held plan multiplies every row as a mat-vec
+// (so a mixed step's results do not depend on how a step budget chunks a
+// prompt, on this backend either). On every fixture and the real Gemma 3.
+#include <memory>
+#include <string>
+
+#include "engine/runtime.h"
+#include "gtest/gtest.h"
+#include "tests/common/model_path.h"
+#include "tests/common/test_backend.h"
+#include "tests/common/test_vocabulary.h"
+#include "tests/engine/mixed_step_check.h"
+
+namespace decoded {
+namespace {
+
+class VulkanMixedStepTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VulkanMixedStepTest, EachSessionMatchesItsSpansAloneAndD1ByteForByte) {
+  DECODED_TEST_BACKEND_OR_SKIP(vulkan, "vulkan");
+  const std::string path = testing::LoadableFixturePath(GetParam());
+  ASSERT_FALSE(path.empty());
+  testing::CheckMixedSteps(path, /*unit=*/1, /*capacity=*/64, /*d1_chunk=*/1, vulkan);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, VulkanMixedStepTest,
+                         ::testing::Values("gemma3_tiny_swa.gguf", "gemma3_tiny_softcap.gguf", "gemma3_tiny_f16.gguf",
+                                           "llama_tiny.gguf", "llama3rope_tiny.gguf", "llamayarn_tiny.gguf",
+                                           "qwen2_tiny.gguf", "qwen2yarn_tiny.gguf", "qwen3_tiny.gguf",
+                                           "qwen3moe_tiny.gguf", "phi3_tiny.gguf", "phi2_tiny.gguf",
+                                           "smollm3_tiny.gguf", "glm4_tiny.gguf", "deepseek2_tiny.gguf",
+                                           "deepseek2lite_tiny.gguf", "deepseek2moe_tiny.gguf",
+                                           "deepseek3_tiny.gguf"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           return name.substr(0, name.find('.'));
+                         });
+
+// Spans of up to 9 tokens, against the sessions alone only: D1 one token per
+// graph records a plan per token, minutes of lavapipe for the real model (its
+// held plan is shown equal to D1 in vulkan_decode_test). Even so every new
+// (rows, outputs) shape records a plan of the real model: 80-450 s of
+// lavapipe on the CI hosts, so the Release build runs it and the sanitizer
+// build (the same code, plans recorded several times slower) skips it; the
+// fixtures above cover the Vulkan path there.
+TEST(VulkanMixedStepRealModelTest, Gemma3) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "minutes of lavapipe plan recording; the Release build runs it";
+#endif
+  DECODED_REQUIRE_REAL_MODEL();
+  DECODED_TEST_BACKEND_OR_SKIP(vulkan, "vulkan");
+  testing::CheckMixedSteps(testing::RealModelPath(), /*unit=*/1, /*capacity=*/64, /*d1_chunk=*/0, vulkan);
+}
+
+}  // namespace
+}  // namespace decoded
