@@ -168,6 +168,9 @@ ABSL_FLAG(int, max_connections_per_peer, 64,
           "connections one client address may hold open; more are closed at accept (0: no limit)");
 ABSL_FLAG(int, max_batch, 16,
           "decode sessions a worker steps together in one plan run (continuous batching; 1 = one at a time, <= 64)");
+ABSL_FLAG(int, max_step_tokens, 256,
+          "tokens one step runs: every decoding session's next token plus prefill spans of waiting prompts, in one "
+          "plan run (0: each prompt chunk runs alone, through a graph built for it; else > --max_batch, <= 2048)");
 ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, context_length, 2048, "KV capacity of one session, in tokens");
 ABSL_FLAG(int, max_connections, 0,
@@ -351,6 +354,7 @@ int main(int argc, char** argv) {
   }
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   engine_options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  engine_options.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   engine_options.max_queued = absl::GetFlag(FLAGS_max_queued);
   engine_options.context_length = absl::GetFlag(FLAGS_context_length);
   engine_options.max_unconsumed_events = absl::GetFlag(FLAGS_max_unconsumed_events);

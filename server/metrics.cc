@@ -254,18 +254,19 @@ ServerMetrics::ServerMetrics()
                     .Register(*registry_);
   step_prefill_ = &steps.Add({{"phase", "prefill"}}, LatencyBuckets());
   step_decode_ = &steps.Add({{"phase", "decode"}}, LatencyBuckets());
-  // Powers of two up to the largest batch, and to the largest prefill chunk.
-  const Histogram::BucketBoundaries count_buckets = {1, 2, 4, 8, 16, 32, 64, 128};
+  // Powers of two up to the largest batch, and to the largest step.
+  const Histogram::BucketBoundaries count_buckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
   auto& step_tokens = BuildHistogram()
                           .Name("decoded_step_tokens")
-                          .Help("Tokens one engine step put through the model, by phase (a prefill chunk's tokens; a "
-                                "decode step's rows, one per session).")
+                          .Help("Tokens one engine step put through the model, by phase (prefill: a step that ran prompt "
+                                "tokens, with any decode rows beside them; decode: a step of decode rows only, one "
+                                "per session).")
                           .Register(*registry_);
   step_tokens_prefill_ = &step_tokens.Add({{"phase", "prefill"}}, count_buckets);
   step_tokens_decode_ = &step_tokens.Add({{"phase", "decode"}}, count_buckets);
   batch_size_ = &BuildHistogram()
                      .Name("decoded_batch_size")
-                     .Help("Decode sessions stepped together in one decode step (continuous batching).")
+                     .Help("Decode sessions stepped together in one step (continuous batching), steps with any.")
                      .Register(*registry_)
                      .Add({}, Histogram::BucketBoundaries{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64});
   prompt_tokens_ = &BuildCounter()
@@ -369,7 +370,7 @@ void ServerMetrics::InterToken(double seconds) { inter_token_->Observe(seconds);
 void ServerMetrics::Step(const serving::StepInfo& step) {
   (step.prefill ? step_prefill_ : step_decode_)->Observe(step.seconds);
   (step.prefill ? step_tokens_prefill_ : step_tokens_decode_)->Observe(step.tokens);
-  if (!step.prefill) batch_size_->Observe(step.tokens);
+  if (step.decode_rows > 0) batch_size_->Observe(step.decode_rows);
 }
 
 std::string ServerMetrics::Render() const {

@@ -9,6 +9,7 @@
 #   DECODED_THREADS         --threads          (unset: the container's CPU quota / workers)
 #   DECODED_MAX_SESSIONS    --max_sessions
 #   DECODED_MAX_BATCH       --max_batch
+#   DECODED_MAX_STEP_TOKENS --max_step_tokens
 #   DECODED_CONTEXT_LENGTH  --context_length
 #   DECODED_KV_BUDGET_MB    --kv_budget_mb
 #   DECODED_DRAIN_SECONDS   --drain_seconds
@@ -52,6 +53,7 @@ add workers DECODED_WORKERS
 add threads DECODED_THREADS
 add max_sessions DECODED_MAX_SESSIONS
 add max_batch DECODED_MAX_BATCH
+add max_step_tokens DECODED_MAX_STEP_TOKENS
 add context_length DECODED_CONTEXT_LENGTH
 add kv_budget_mb DECODED_KV_BUDGET_MB
 add drain_seconds DECODED_DRAIN_SECONDS

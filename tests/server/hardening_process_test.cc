@@ -410,6 +410,8 @@ TEST(HardeningProcessTest, FlagsThatCannotHoldAreRefusedAtStartWithExit2) {
        std::vector<std::vector<std::string>>{{"--idle_session_seconds=-1"},
                                              {"--context_length=0"},
                                              {"--max_batch=65"},
+                                             {"--max_step_tokens=16"},  // not above --max_batch (16)
+                                             {"--max_step_tokens=4096"},
                                              {"--no_such_flag=1"},
                                              {"--tls_cert=/etc/passwd"},
                                              {"--tls_cert=/etc/passwd", "--tls_key=/etc/passwd"},
