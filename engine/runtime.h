@@ -145,9 +145,9 @@ struct StepSpan {
 // Steps many decode contexts of one model in one plan run (batched decode):
 // one token row per context, every matmul reading each weight block once for
 // all rows, each row attending over its own context's KV cache. Holds one
-// decode plan per batch-size bucket (BatchBuckets), built on first use and
-// reused by whichever contexts fill it; a step of n contexts runs the smallest
-// bucket >= n, padding the rest. A context's logits in a batch are
+// plan per (rows, output rows) bucket pair (BatchBuckets), built on first use
+// and reused by whichever contexts fill it, at most 24 (least recently used
+// dropped); a step of n rows runs the smallest bucket >= n, padding the rest. A context's logits in a batch are
 // byte-identical to the same context decoded alone (DecodeContext::Decode).
 //
 // Not thread-safe: one per worker. Contexts stay owned by their sessions.

@@ -406,9 +406,14 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
   };
   const size_t max_batch = static_cast<size_t>(MaxBatch());
   if (const int32_t budget = MaxStepTokens(); budget > 0) {
-    if ((*first)->end_request) {
-      take(first);
-      return;
+    // A turn asked to end ends in a step of its own (no model call) wherever
+    // it waits: a cancel never waits behind the mixed steps of those queued
+    // ahead of it.
+    for (auto it = runnable_.begin(); it != runnable_.end(); ++it) {
+      if ((*it)->end_request) {
+        take(it);
+        return;
+      }
     }
     // Decode rows first, so a decoding session waits at most one step
     // whatever arrives; prompts share what the budget leaves.
@@ -422,16 +427,22 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
       ++decode_rows;
     }
     int32_t left = budget - static_cast<int32_t>(decode_rows);
+    // Every row of a prompt-logprobs span is an output row ([n, vocab]
+    // logits): no more of them per step, over all its spans, than one D1
+    // chunk computes, so a held plan's logits stay as small as D1's were.
+    int32_t all_rows_left = kMaxPrefillChunk;
     for (auto it = runnable_.begin(); it != runnable_.end() && left > 0;) {
       const Session* s = *it;
-      if (s->end_request || s->turn->PrefillRemaining() == 0) {
+      const bool all_rows = s->turn->turn().prompt_logprobs;
+      if (s->turn->PrefillRemaining() == 0 || (all_rows && all_rows_left == 0)) {
         ++it;
         continue;
       }
       int32_t n = std::min(left, s->turn->PrefillRemaining());
-      // Every row of a prompt-logprobs span is an output row ([n, vocab]
-      // logits): no more of them per step than a D1 chunk computes.
-      if (s->turn->turn().prompt_logprobs) n = std::min(n, kMaxPrefillChunk);
+      if (all_rows) {
+        n = std::min(n, all_rows_left);
+        all_rows_left -= n;
+      }
       left -= n;
       it = take(it, n);
     }
@@ -469,7 +480,7 @@ void Scheduler::WorkerLoop() {
       if (stopping_) return;
       if (!runnable_.empty()) {
         PickLocked(picked);
-        busy_ += 1;
+        if (!picked.empty()) busy_ += 1;
         others_waiting = !runnable_.empty();
       }
     }

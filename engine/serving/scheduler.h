@@ -4,7 +4,8 @@
 // - Runnable sessions wait in one FIFO queue. A worker takes one step's
 //   sessions out of it, runs the step, emits the step's events, and pushes
 //   each session back if its turn has more work. A step is one of: ending a
-//   turn asked to end (the session at the queue's front, alone); else, with
+//   turn asked to end (alone; with mixed steps the first such session
+//   wherever it waits, so a cancel never waits for its turn); else, with
 //   max_step_tokens > 0, a mixed step: the next token of every session
 //   waiting to decode (up to max_batch, in queue order), then prefill spans
 //   of the waiting prompts in queue order, each as many of its tokens as
@@ -22,7 +23,7 @@
 //   arrive. Without: round-robin puts every other runnable session's step
 //   between two decode steps of a running session, and a prefill step is one
 //   chunk of at most kSharedPrefillChunk tokens while other sessions wait.
-// - A worker holds its decode plans (one per batch-size bucket) while any
+// - A worker holds its plans (one per (rows, output rows) bucket pair) while any
 //   session is open and releases them, with every binding, when none is.
 // - The scheduler is the one owner of a session's turn state: the running
 //   turn, a turn held behind a cancelled one, the carry token, the cancel and

@@ -28,7 +28,8 @@ class SequentialBatchDecoder final : public BatchDecoder {
     return absl::MakeConstSpan(logits_);
   }
   // A span of one token decodes, a longer one prefills in chunks of at most
-  // kMaxPrefillChunk tokens; a failure part-way leaves the earlier spans
+  // kMaxPrefillChunk tokens. Capacity is checked for every span first; any
+  // other failure part-way (a scripted fake's) leaves the earlier spans
   // written (the real decoder validates everything first).
   absl::StatusOr<absl::Span<const float>> Step(absl::Span<const StepSpan> spans, Executor& executor) override {
     if (spans.empty()) return absl::InvalidArgumentError("a step needs at least one span");
@@ -41,6 +42,17 @@ class SequentialBatchDecoder final : public BatchDecoder {
     }
     if (total > static_cast<size_t>(max_step_tokens_)) {
       return absl::InvalidArgumentError(absl::StrCat("the step's spans hold more than ", max_step_tokens_, " tokens"));
+    }
+    // What the contexts would refuse part-way is refused before any span
+    // runs, so a refused step wrote nothing (the scheduler then re-runs each
+    // span alone).
+    for (const StepSpan& span : spans) {
+      if (static_cast<int64_t>(span.context->cached_len()) + static_cast<int64_t>(span.tokens.size()) >
+          span.context->capacity()) {
+        return absl::ResourceExhaustedError(absl::StrCat("a span of ", span.tokens.size(), " tokens does not fit after ",
+                                                         span.context->cached_len(), " of ",
+                                                         span.context->capacity(), " positions"));
+      }
     }
     logits_.clear();
     for (const StepSpan& span : spans) {

@@ -564,6 +564,82 @@ TEST_P(SchedulerTest, MixedStepsPackDecodeRowsAndPromptSpansUnderTheBudget) {
   }
 }
 
+// A cancel is a step of its own wherever the session waits: it does not wait
+// for the prompts queued ahead of it to come round (each of them takes a
+// step's whole budget while its prefill lasts).
+TEST_P(SchedulerTest, ACancelDoesNotWaitBehindTheMixedStepsAheadOfIt) {
+  if (!mixed()) GTEST_SKIP() << "mixed steps only";
+  world_.step_sleep = absl::Milliseconds(5);
+  auto sched = MakeScheduler(1, 8, 8, 1024, 1 << 20, /*max_batch=*/4);
+  constexpr int kSessions = 7;  // 0 held in its first step, 1..5 queued, 6 cancelled
+  std::vector<RecordingSink> sinks(kSessions);
+  std::vector<SessionId> ids;
+  for (int i = 0; i < kSessions; ++i) ids.push_back(*sched->Open());
+  world_.Pause();
+  ASSERT_TRUE(sched->Submit(ids[0], Turn(std::vector<int32_t>(300, 0), 1), &sinks[0]).ok());
+  world_.WaitStepsStarted(1);
+  for (int i = 1; i < kSessions; ++i) {
+    ASSERT_TRUE(sched->Submit(ids[i], Turn(std::vector<int32_t>(300, i), 1), &sinks[i]).ok());
+  }
+  ASSERT_TRUE(sched->Cancel(ids[6]).ok());
+  world_.Resume();
+  ASSERT_TRUE(sinks[6].WaitEnd());
+  size_t steps_when_cancelled = 0;
+  {
+    absl::MutexLock l(&world_.mu);
+    steps_when_cancelled = world_.step_spans.size();
+  }
+  EXPECT_EQ(sinks[6].end().reason, FinishReason::kCancelled);
+  // The cancel comes right after the held step (a second may have started
+  // before the end was emitted); waiting for its turn at the queue's front
+  // it would come after sessions 1..5 had a step each (6 steps).
+  EXPECT_LE(steps_when_cancelled, 2u);
+  for (int i = 0; i < kSessions - 1; ++i) {
+    ASSERT_TRUE(sinks[i].WaitEnd());
+    EXPECT_EQ(sinks[i].ids().size(), 1u) << "session " << i;
+  }
+}
+
+// Prompt-logprobs spans return a row per token: all of them together take at
+// most kMaxPrefillChunk rows a step, however many such turns wait.
+TEST_P(SchedulerTest, PromptLogprobsSpansShareOneChunkOfOutputRowsPerStep) {
+  if (!mixed()) GTEST_SKIP() << "mixed steps only";
+  SchedulerOptions o;
+  o.workers = 1;
+  o.max_batch = 4;
+  o.max_step_tokens = 512;
+  o.max_sessions = 8;
+  o.max_queued = 8;
+  o.context_length = 1024;
+  o.max_unconsumed_events = 1 << 20;
+  o.make_executor = [] { return std::make_unique<FakeExecutor>(); };
+  Scheduler sched(&model_, std::move(o));
+  std::vector<RecordingSink> sinks(3);
+  std::vector<SessionId> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(*sched.Open());
+  world_.Pause();
+  ASSERT_TRUE(sched.Submit(ids[0], Turn({5}, 4), &sinks[0]).ok());
+  world_.WaitStepsStarted(1);
+  for (int i = 1; i < 3; ++i) {
+    PreparedTurn t = Turn(std::vector<int32_t>(100, i), 1);
+    t.prompt_logprobs = true;
+    ASSERT_TRUE(sched.Submit(ids[i], std::move(t), &sinks[i]).ok());
+  }
+  world_.Resume();
+  for (auto& sink : sinks) ASSERT_TRUE(sink.WaitEnd());
+  EXPECT_EQ(sinks[1].end().prompt_logprobs.size(), 99u);
+  EXPECT_EQ(sinks[2].end().prompt_logprobs.size(), 99u);
+  std::vector<std::vector<int>> sizes, tags;
+  {
+    absl::MutexLock l(&world_.mu);
+    sizes = world_.step_spans;
+    tags = world_.step_tags;
+  }
+  ASSERT_GE(sizes.size(), 2u);
+  // Step 2: session 0's decode row, all of 1's prompt, 28 of 2's.
+  EXPECT_EQ(tags[1], (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(sizes[1], (std::vector<int>{1, 100, kMaxPrefillChunk - 100}));
+}
 
 // A worker's plans (and their bindings) go when the last session closes.
 TEST_P(SchedulerTest, WorkersReleaseTheirPlansWhenNoSessionIsOpen) {
