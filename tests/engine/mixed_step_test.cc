@@ -47,11 +47,17 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MixedStepFixtureTest,
                          });
 
 // Spans of up to ~200 tokens (B: 140, 121, 43; A's prompt 100), steps of up
-// to 200 rows: the plan buckets a 256-token budget uses.
+// to 200 rows: the plan buckets a 256-token budget uses. Under the
+// sanitizers (several times slower) shorter spans, and the default model
+// only: SmolLM2 and Qwen2 run the same engine code (their families' own
+// code runs under them on the fixtures above): 290 of the 370 s the three
+// took there on a 2-core AVX2 EPYC.
 #if defined(__SANITIZE_ADDRESS__)
-constexpr int kRealUnit = 6;  // several times slower under the sanitizers
+constexpr int kRealUnit = 6;
+#define DECODED_RELEASE_ONLY() GTEST_SKIP() << "the Release build runs it; Gemma3 runs here"
 #else
 constexpr int kRealUnit = 20;
+#define DECODED_RELEASE_ONLY() (void)0
 #endif
 
 TEST(MixedStepRealModelTest, Gemma3) {
@@ -60,12 +66,14 @@ TEST(MixedStepRealModelTest, Gemma3) {
 }
 
 TEST(MixedStepRealModelTest, SmolLM2) {
+  DECODED_RELEASE_ONLY();
   const testing::NamedModel m = testing::NamedModelPath("DECODED_SMOLLM2_PATH", "smollm2-135m-instruct-q4_1.gguf");
   DECODED_REQUIRE_NAMED_MODEL(m);
   CheckMixedSteps(m.path, kRealUnit, 512, kMaxPrefillChunk);
 }
 
 TEST(MixedStepRealModelTest, Qwen2) {
+  DECODED_RELEASE_ONLY();
   const testing::NamedModel m = testing::NamedModelPath("DECODED_QWEN2_PATH", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
   DECODED_REQUIRE_NAMED_MODEL(m);
   CheckMixedSteps(m.path, kRealUnit, 512, kMaxPrefillChunk);
