@@ -149,6 +149,12 @@ class Backend {
   // into a host-accessible buffer (every per-step upload); into a device-only
   // one a GPU backend may stage the copy.
   virtual void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset = 0) = 0;
+  // The bytes [offset, offset + bytes) of `buffer` are no longer needed (a
+  // free KV block): a host backend gives the whole pages among them back to
+  // the operating system (they read as zeros when next touched), so resident
+  // memory follows what is in use. A no-op where device memory is the
+  // driver's to manage.
+  virtual void Discard(DeviceBuffer& buffer, size_t offset, size_t bytes) {}
   // Takes ownership of the graph. INVALID_ARGUMENT if a kInput slot has no
   // buffer or one too small, or a KV node's layer or geometry disagrees with
   // resources.kv_layers / kv_layout.

@@ -173,7 +173,7 @@ absl::StatusOr<std::vector<float>> forward_with_kv_context(const DecodeModel& mo
                                                            Executor& executor) {
   if (auto s = ValidateTokens(model, tokens); !s.ok()) return s;
   if (auto s = CheckKvGeometry(model, kv); !s.ok()) return s;
-  if (auto s = kv.CheckWrite(static_cast<int32_t>(tokens.size())); !s.ok()) return s;
+  if (auto s = kv.Reserve(static_cast<int32_t>(tokens.size())); !s.ok()) return s;
   DecodeTokenHost host;
   if (auto s = compute_decode_token_host(model.mask_plan(), model.rope_plan(), tokens, kv.write_offset(), &host);
       !s.ok()) {
@@ -283,7 +283,7 @@ absl::Status PrepareStep(const DecodeModel& model, absl::Span<const DecodeRow> r
     // row before its attention reads any).
     int32_t earlier = 0;
     for (size_t j = 0; j < i; ++j) earlier += rows[j].kv->allocation_id() == r.kv->allocation_id() ? 1 : 0;
-    if (auto s = r.kv->CheckWrite(earlier + 1); !s.ok()) return s;
+    if (auto s = r.kv->Reserve(earlier + 1); !s.ok()) return s;
     host.positions[i] = r.kv->write_offset() + earlier;
   }
   const int64_t stride = KvRowStride(model.dims().n_layers);

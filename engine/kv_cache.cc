@@ -1,5 +1,6 @@
 #include "engine/kv_cache.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -12,82 +13,83 @@ std::atomic<uint64_t> g_next_allocation_id{1};
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(Backend& backend, int32_t n_layers,
                                                          const KvLayout& layout, int32_t capacity) {
-  const bool v_slot = !layout.v_in_k;
-  if (n_layers <= 0 || layout.n_kv_heads <= 0 || layout.k_dim <= 0 || layout.v_dim <= 0 || capacity <= 0 ||
-      (!v_slot && layout.v_dim > layout.k_dim)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache geometry must be positive: layers=", n_layers,
-                                                   " kv_heads=", layout.n_kv_heads, " k_dim=", layout.k_dim,
-                                                   " v_dim=", layout.v_dim, layout.v_in_k ? " (inside K)" : "",
-                                                   " capacity=", capacity));
+  if (capacity <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache geometry must be positive: capacity=", capacity));
   }
-  // The geometry may come from a model file: size the cache with overflow
-  // checks before allocating anything. k_per / v_per = bytes of K / V of one
-  // layer.
-  bool overflow = false;
-  auto slot_bytes = [&](int32_t dim) {
-    int64_t per = static_cast<int64_t>(sizeof(float));
-    for (const int64_t f : {int64_t{layout.n_kv_heads}, int64_t{capacity}, int64_t{dim}}) {
-      overflow |= __builtin_mul_overflow(per, f, &per);
-    }
-    return per;
-  };
-  const int64_t k_per = slot_bytes(layout.k_dim);
-  const int64_t v_per = v_slot ? slot_bytes(layout.v_dim) : 0;
-  int64_t per_layer = 0, total = 0;
-  overflow |= __builtin_add_overflow(k_per, v_per, &per_layer);
-  overflow |= __builtin_mul_overflow(per_layer, int64_t{n_layers}, &total);
-  if (overflow) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache of layers=", n_layers, " kv_heads=", layout.n_kv_heads,
-                                                     " k_dim=", layout.k_dim, " v_dim=", layout.v_dim,
-                                                     " capacity=", capacity, " would exceed 2^63 bytes"));
+  auto pool = KvPool::Create(backend, n_layers, layout, /*block_tokens=*/capacity, /*n_blocks=*/1);
+  if (!pool.ok()) return pool.status();
+  auto kv = CreatePaged(*std::move(pool), capacity);
+  if (!kv.ok()) return kv.status();
+  (*kv)->paged_ = false;
+  // Cannot fail: one block of `capacity` positions in a pool of one.
+  if (auto s = (*kv)->Reserve(capacity); !s.ok()) return s;
+  return kv;
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::CreatePaged(std::shared_ptr<KvPool> pool, int32_t capacity) {
+  if (pool == nullptr || capacity <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a paged KV cache needs a pool and a capacity >= 1, got ",
+                                                   capacity));
   }
+  const int32_t bt = pool->block_tokens();
+  const int32_t entries = capacity / bt + (capacity % bt != 0 ? 1 : 0);
+  auto buf = pool->backend().Allocate(static_cast<size_t>(entries) * sizeof(int32_t), BufferAccess::kHost);
+  if (!buf.ok()) return buf.status();
   std::unique_ptr<KvCache> kv(new KvCache());
-  kv->n_layers_ = n_layers;
-  kv->layout_ = layout;
+  kv->pool_ = std::move(pool);
+  kv->paged_ = true;
   kv->capacity_ = capacity;
   kv->allocation_id_ = g_next_allocation_id.fetch_add(1);
-  kv->versions_.assign(static_cast<size_t>(n_layers), 0);
-  // Buffers not yet counted in the engine counters: on failure the
-  // destructor must not subtract them.
-  auto fail = [&kv](const absl::Status& s) {
-    kv->k_.clear();
-    kv->v_.clear();
-    return s;
-  };
-  for (int32_t l = 0; l < n_layers; ++l) {
-    auto k = backend.Allocate(static_cast<size_t>(k_per), BufferAccess::kDeviceOnly);
-    if (!k.ok()) return fail(k.status());
-    kv->k_.push_back(*std::move(k));
-    if (v_slot) {
-      auto v = backend.Allocate(static_cast<size_t>(v_per), BufferAccess::kDeviceOnly);
-      if (!v.ok()) return fail(v.status());
-      kv->v_.push_back(*std::move(v));
-    }
-  }
-  counters::AddKvBytes(kv->bytes());
+  kv->table_.assign(static_cast<size_t>(entries), -1);
+  kv->table_buf_ = *std::move(buf);
+  kv->UploadTable(0, entries);
   return kv;
 }
 
 KvCache::~KvCache() {
-  if (!k_.empty()) counters::AddKvBytes(-bytes());
+  if (blocks_.empty()) return;
+  counters::AddKvBytes(-bytes());
+  pool_->Give(blocks_);
 }
 
-int64_t KvCache::bytes() const {
-  return static_cast<int64_t>(n_layers_) * capacity_ * layout_.floats_per_token() *
-         static_cast<int64_t>(sizeof(float));
+int32_t KvCache::mapped_len() const {
+  return static_cast<int32_t>(std::min<int64_t>(capacity_, int64_t{held_blocks()} * block_tokens()));
 }
 
-float* KvCache::k(int32_t layer) { return static_cast<float*>(k_[static_cast<size_t>(layer)]->data()); }
-float* KvCache::v(int32_t layer) {
-  return v_.empty() ? nullptr : static_cast<float*>(v_[static_cast<size_t>(layer)]->data());
-}
-
-void KvCache::FillKvRow(int64_t* row) {
+void KvCache::FillKvRow(int64_t* row) const {
   row[0] = capacity_;
-  for (int32_t l = 0; l < n_layers_; ++l) {
-    row[1 + 2 * l] = static_cast<int64_t>(k_[static_cast<size_t>(l)]->device_address());
-    row[2 + 2 * l] = v_.empty() ? 0 : static_cast<int64_t>(v_[static_cast<size_t>(l)]->device_address());
+  row[1] = block_tokens();
+  row[2] = static_cast<int64_t>(table_buf_->device_address());
+  for (int32_t l = 0; l < n_layers(); ++l) {
+    row[3 + 2 * l] = static_cast<int64_t>(pool_->k_address(l));
+    row[4 + 2 * l] = static_cast<int64_t>(pool_->v_address(l));
   }
+}
+
+void KvCache::UploadTable(int32_t begin, int32_t end) {
+  if (begin >= end) return;
+  pool_->backend().Upload(*table_buf_, table_.data() + begin, static_cast<size_t>(end - begin) * sizeof(int32_t),
+                          static_cast<size_t>(begin) * sizeof(int32_t));
+}
+
+absl::Status KvCache::Reserve(int32_t n_tokens) {
+  if (n_tokens < 0 || static_cast<int64_t>(cached_len_) + n_tokens > capacity_) {
+    return CheckWrite(n_tokens);
+  }
+  const int32_t bt = block_tokens();
+  const int32_t end = cached_len_ + n_tokens;
+  const int32_t need = end / bt + (end % bt != 0 ? 1 : 0) - held_blocks();
+  if (need <= 0) return absl::OkStatus();
+  const size_t first = blocks_.size();
+  if (auto s = pool_->Take(need, &blocks_); !s.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache of ", cached_len_, " tokens cannot grow by ",
+                                                     n_tokens, ": ", s.message()));
+  }
+  std::copy(blocks_.begin() + static_cast<ptrdiff_t>(first), blocks_.end(),
+            table_.begin() + static_cast<ptrdiff_t>(first));
+  UploadTable(static_cast<int32_t>(first), held_blocks());
+  counters::AddKvBytes(int64_t{need} * pool_->block_bytes());
+  return absl::OkStatus();
 }
 
 absl::Status KvCache::CheckWrite(int32_t n_tokens) const {
@@ -95,16 +97,27 @@ absl::Status KvCache::CheckWrite(int32_t n_tokens) const {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", cached_len_, " cached + ", n_tokens,
                                                      " new tokens exceed the capacity of ", capacity_));
   }
+  if (cached_len_ + n_tokens > mapped_len()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache of ", cached_len_, " tokens has ", mapped_len(),
+                                                     " positions in blocks; ", n_tokens,
+                                                     " more need Reserve first"));
+  }
   return absl::OkStatus();
 }
 
-void KvCache::Commit(int32_t n_tokens) {
-  cached_len_ += n_tokens;
-  for (auto& v : versions_) ++v;
-}
-
 void KvCache::Truncate(int32_t len) {
-  if (len >= 0 && len < cached_len_) cached_len_ = len;
+  if (len < 0 || len > cached_len_) return;
+  cached_len_ = len;
+  if (!paged_) return;
+  const int32_t bt = block_tokens();
+  const size_t keep = static_cast<size_t>(len / bt + (len % bt != 0 ? 1 : 0));
+  if (keep >= blocks_.size()) return;
+  const int32_t dropped = static_cast<int32_t>(blocks_.size() - keep);
+  pool_->Give(absl::MakeConstSpan(blocks_).subspan(keep));
+  counters::AddKvBytes(-int64_t{dropped} * pool_->block_bytes());
+  blocks_.resize(keep);
+  std::fill(table_.begin() + static_cast<ptrdiff_t>(keep), table_.begin() + static_cast<ptrdiff_t>(keep + dropped), -1);
+  UploadTable(static_cast<int32_t>(keep), static_cast<int32_t>(keep) + dropped);
 }
 
 }  // namespace decoded

@@ -9,14 +9,29 @@
 // capture it once (the kernels read the addresses from this device-resident
 // table at launch).
 //
+// Every cache is paged: its positions live in fixed-size blocks of a pool
+// (engine/kv_pool.h), named by the cache's block table. A contiguous cache
+// (KvCache::Create) is the one-block case: a block of `capacity` positions.
+// One block id names the same block in every layer's pool, so a cache has one
+// table whatever its depth.
+//
 // Layout: int64 [rows, KvRowStride(n_layers)], row r =
-//   [0]           capacity of row r's cache (positions)
-//   [1 + 2l]      device address (DeviceBuffer::device_address(), the host pointer
-//                 on CPU) of layer l's K buffer (f32 [n_kv_heads, capacity, k_dim])
-//   [2 + 2l]      that of layer l's V buffer (f32 [n_kv_heads, capacity, v_dim]);
-//                 0 when the layout keeps the value in the K row (KvLayout::v_in_k)
+//   [0]       capacity: positions row r's cache addresses
+//   [1]       block_tokens: positions per block (== capacity for a contiguous cache)
+//   [2]       device address of the cache's block table: i32 [ceil(capacity /
+//             block_tokens)], entry i = the pool block holding positions
+//             [i * block_tokens, (i + 1) * block_tokens), -1 while unmapped
+//   [3 + 2l]  device address (DeviceBuffer::device_address(), the host pointer
+//             on CPU) of layer l's K pool, f32 [n_blocks, n_kv_heads, block_tokens, k_dim]
+//   [4 + 2l]  that of layer l's V pool, f32 [n_blocks, n_kv_heads, block_tokens, v_dim];
+//             0 when the layout keeps the value in the K row (KvLayout::v_in_k)
+// So position p of kv head h is row ((table[p / bt] * n_kv_heads + h) * bt +
+// p % bt) of its pool: vLLM's block layout (Kwon et al. 2023, "Efficient Memory
+// Management for Large Language Model Serving with PagedAttention"), with the
+// head outside the block's tokens so one head's keys of a block are contiguous.
 // The driver fills a row from a KvCache it has checked on the host (geometry,
-// capacity, write offset: decode_driver.h); kernels only read it.
+// mapped blocks, write offset: decode_driver.h); kernels only read it, and a
+// KV write into an unmapped block is a fault, never a write.
 #ifndef DECODED_ENGINE_KV_ROWS_H_
 #define DECODED_ENGINE_KV_ROWS_H_
 
@@ -24,21 +39,33 @@
 
 namespace decoded {
 
-constexpr int64_t KvRowStride(int32_t n_layers) { return 1 + 2 * static_cast<int64_t>(n_layers); }
+constexpr int64_t KvRowStride(int32_t n_layers) { return 3 + 2 * static_cast<int64_t>(n_layers); }
 
 // Read side (kernels): the views of row `row`, layer `layer`.
 struct KvRowView {
-  float* k = nullptr;
-  float* v = nullptr;  // == k when the value lives in the K row
+  float* k = nullptr;  // layer's K pool
+  float* v = nullptr;  // layer's V pool; == k when the value lives in the K row
+  const int32_t* blocks = nullptr;  // the cache's block table
   int32_t capacity = 0;
+  int32_t block_tokens = 0;
+
+  // The block holding position `pos` (< capacity): -1 while unmapped.
+  int32_t block_of(int32_t pos) const { return blocks[pos / block_tokens]; }
+  // Float offset into a pool of row width `dim` of the first position of
+  // `block`, kv head `head`: the block's positions follow it contiguously.
+  int64_t block_base(int32_t block, int32_t head, int32_t n_kv_heads, int32_t dim) const {
+    return (static_cast<int64_t>(block) * n_kv_heads + head) * block_tokens * dim;
+  }
 };
 
 inline KvRowView ReadKvRow(const int64_t* table, int64_t stride, int64_t row, int32_t layer) {
   const int64_t* r = table + row * stride;
   KvRowView view;
   view.capacity = static_cast<int32_t>(r[0]);
-  view.k = reinterpret_cast<float*>(static_cast<intptr_t>(r[1 + 2 * layer]));
-  const int64_t v = r[2 + 2 * layer];
+  view.block_tokens = static_cast<int32_t>(r[1]);
+  view.blocks = reinterpret_cast<const int32_t*>(static_cast<intptr_t>(r[2]));
+  view.k = reinterpret_cast<float*>(static_cast<intptr_t>(r[3 + 2 * layer]));
+  const int64_t v = r[4 + 2 * layer];
   view.v = v != 0 ? reinterpret_cast<float*>(static_cast<intptr_t>(v)) : view.k;
   return view;
 }

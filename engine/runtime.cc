@@ -40,6 +40,8 @@ class ContextImpl final : public DecodeContext {
     return absl::OkStatus();
   }
   int64_t kv_bytes() const override { return kv_->bytes(); }
+  absl::Status ReserveKv(int32_t n_tokens) override { return kv_->Reserve(n_tokens); }
+  int32_t kv_blocks() const override { return kv_->held_blocks(); }
   int64_t bound_nodes() const override { return session_.bound_nodes; }
 
   const ModelImpl* model() const { return model_.get(); }
@@ -59,6 +61,7 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
       : backend_(std::move(backend)), weights_(std::move(weights)), family_(std::move(family)),
         tokenizer_(std::move(tokenizer)), info_(std::move(info)) {}
 
+  using Model::NewContext;
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   Backend& backend() const override { return *backend_; }
@@ -67,15 +70,26 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
   absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch,
                                                                 int32_t max_step_tokens) const override;
 
-  absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const override {
+  absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len,
+                                                            std::shared_ptr<KvPool> pool) const override {
     if (max_seq_len < 1 || max_seq_len > info_.context_length) {
       return absl::InvalidArgumentError(absl::StrCat("context length ", max_seq_len, " must be in [1, ",
                                                      info_.context_length, "]"));
     }
     const DecodeDims& d = family_->dims();
-    auto kv = KvCache::Create(family_->backend(), d.n_layers, d.kv_layout(), max_seq_len);
+    if (pool != nullptr && (pool->n_layers() != d.n_layers || !(pool->layout() == d.kv_layout()) ||
+                            &pool->backend() != &family_->backend())) {
+      return absl::InvalidArgumentError("the KV pool was made for another model geometry or backend");
+    }
+    auto kv = pool != nullptr ? KvCache::CreatePaged(std::move(pool), max_seq_len)
+                              : KvCache::Create(family_->backend(), d.n_layers, d.kv_layout(), max_seq_len);
     if (!kv.ok()) return kv.status();
     return std::unique_ptr<DecodeContext>(new ContextImpl(shared_from_this(), *std::move(kv)));
+  }
+
+  absl::StatusOr<std::shared_ptr<KvPool>> NewKvPool(int32_t block_tokens, int32_t n_blocks) const override {
+    const DecodeDims& d = family_->dims();
+    return KvPool::Create(family_->backend(), d.n_layers, d.kv_layout(), block_tokens, n_blocks);
   }
 
  private:

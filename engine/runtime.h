@@ -26,6 +26,7 @@
 #include "engine/backend.h"
 #include "engine/engine_counters.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/kv_pool.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace decoded {
@@ -77,9 +78,22 @@ class Model {
   // (Backend::CreateExecutor), and so do its memory use and health.
   virtual Backend& backend() const = 0;
 
-  // A fresh context with a KV cache of `max_seq_len` positions.
-  // INVALID_ARGUMENT if max_seq_len < 1 or > info().context_length.
-  virtual absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const = 0;
+  // A fresh context with a contiguous KV cache of `max_seq_len` positions,
+  // reserved now. INVALID_ARGUMENT if max_seq_len < 1 or > info().context_length.
+  absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const {
+    return NewContext(max_seq_len, nullptr);
+  }
+  // A fresh context of up to `max_seq_len` positions whose KV cache takes
+  // blocks from `pool` as it grows (a pool from NewKvPool of this model;
+  // null: contiguous, as above). INVALID_ARGUMENT as above, or for a pool of
+  // another geometry.
+  virtual absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len,
+                                                                    std::shared_ptr<KvPool> pool) const = 0;
+  // A pool of `n_blocks` KV blocks of `block_tokens` positions each in this
+  // model's KV geometry on its backend, for contexts to share
+  // (engine/kv_pool.h). INVALID_ARGUMENT for non-positive sizes;
+  // RESOURCE_EXHAUSTED when it does not fit.
+  virtual absl::StatusOr<std::shared_ptr<KvPool>> NewKvPool(int32_t block_tokens, int32_t n_blocks) const = 0;
 
   // A batched decoder over this model's contexts for decode steps of up to
   // `max_batch` contexts and mixed steps (BatchDecoder::Step) of up to
@@ -118,11 +132,22 @@ class DecodeContext {
   // writes at `len`: a chat turn whose rendering differs from the context
   // after some position recomputes from there (prefix reuse). The held decode
   // plan stays valid (its KV-write offset and masks are rebound per token).
-  // INVALID_ARGUMENT unless 0 <= len <= cached_len().
+  // INVALID_ARGUMENT unless 0 <= len <= cached_len(). A paged cache gives
+  // back the blocks past `len`, among them any ReserveKv mapped and no step
+  // used (Rewind(cached_len())).
   virtual absl::Status Rewind(int32_t len) = 0;
 
-  // Bytes of KV cache this context holds (K and V, all layers, full capacity).
+  // Bytes of KV cache this context holds (K and V, all layers): its whole
+  // capacity for a contiguous cache, the blocks it holds for a paged one.
   virtual int64_t kv_bytes() const = 0;
+  // Maps the KV blocks `n_tokens` more tokens need (a no-op for a
+  // contiguous cache), as every step does first: the scheduler calls it
+  // before a step, so a pool that runs dry fails one session, not the step.
+  // RESOURCE_EXHAUSTED past capacity() or when the pool has too few free
+  // blocks (the blocks it did take stay with the context).
+  virtual absl::Status ReserveKv(int32_t n_tokens) = 0;
+  // KV blocks this context holds (1 for a contiguous cache).
+  virtual int32_t kv_blocks() const = 0;
   // Data-node bindings the held plan keeps (0 before the first Decode).
   virtual int64_t bound_nodes() const = 0;
 };

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
@@ -501,12 +502,14 @@ class CpuPlan final : public CompiledPlan {
           const KvRowView cache = ReadKvRow(s.kv_rows, s.kv_row_stride, t, n.kv_write.layer);
           float* dst = n.kv_write.is_v ? cache.v : cache.k;
           const int32_t off = offsets[t];
-          if (dst == nullptr || off < 0 || off >= cache.capacity) {
+          const int32_t block = dst == nullptr || off < 0 || off >= cache.capacity ? -1 : cache.block_of(off);
+          if (block < 0) {
             kv_fault_.store(true, std::memory_order_relaxed);
             continue;
           }
+          const int64_t in_block = off % cache.block_tokens;
           for (int32_t h = 0; h < heads; ++h) {
-            std::memcpy(dst + (static_cast<int64_t>(h) * cache.capacity + off) * hd, x + (t * heads + h) * hd,
+            std::memcpy(dst + cache.block_base(block, h, heads, hd) + in_block * hd, x + (t * heads + h) * hd,
                         static_cast<size_t>(hd) * sizeof(float));
           }
         }
@@ -599,6 +602,15 @@ class CpuBackendImpl final : public Backend {
   }
   void Upload(DeviceBuffer& dst, const void* src, size_t bytes, size_t offset) override {
     std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+  }
+  void Discard(DeviceBuffer& buffer, size_t offset, size_t bytes) override {
+    // Whole pages inside the range only; a private anonymous mapping reads
+    // zeros where its pages were dropped.
+    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const auto base = reinterpret_cast<uintptr_t>(buffer.data());
+    const uintptr_t lo = (base + offset + page - 1) / page * page;
+    const uintptr_t hi = (base + offset + bytes) / page * page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
   }
   absl::StatusOr<std::unique_ptr<CompiledPlan>> Compile(Graph graph, MemoryPlan plan,
                                                        const PlanResources& resources) override {

@@ -80,10 +80,12 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 // kv_row_stride]: a prefill chunk's rows share one cache, a batched decode
 // step's rows each have their own). One-pass online softmax (Milakov &
 // Gimelshein 2018). q [seq, n_heads * k_dim]; out [seq, n_heads * v_dim]; a
-// cache's K is [n_kv_heads, capacity, k_dim] and V [n_kv_heads, capacity,
-// v_stride] of which each row's first v_dim floats are the value (v_stride ==
-// v_dim for a V slot; the K buffer and v_stride == k_dim when the value lives
-// inside the K row, MLA's latent). v_dim <= kMaxValueDim. softcap > 0 applies
+// cache's K pool is [n_blocks, n_kv_heads, block_tokens, k_dim] and its V
+// pool [n_blocks, n_kv_heads, block_tokens, v_stride], read through the
+// cache's block table, of which each row's first v_dim floats are the value
+// (v_stride == v_dim for a V slot; the K pool and v_stride == k_dim when the
+// value lives inside the K row, MLA's latent). Keys go in position order, so
+// the result does not depend on the block size or on which blocks hold them. v_dim <= kMaxValueDim. softcap > 0 applies
 // cap * tanh(score / cap) to the scaled scores (Gemma 2). Each (row, head) is
 // computed by one thread in a fixed order: a row's output does not depend on
 // seq, on the other rows, or on the thread count.

@@ -238,27 +238,37 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
     const int32_t kvh = h / group;
     const float* qh = q + it * k_dim;
     const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t, layer);
-    const float* kh = cache.k + static_cast<int64_t>(kvh) * cache.capacity * k_dim;
-    const float* vh = cache.v + static_cast<int64_t>(kvh) * cache.capacity * v_stride;
+    const int32_t bt = cache.block_tokens;
     const int32_t lo = bounds[2 * t];
     const int32_t hi = bounds[2 * t + 1];
     float m = -std::numeric_limits<float>::infinity();
     float l = 0.0f;
     std::fill(acc, acc + v_dim, 0.0f);
-    for (int32_t j = lo; j < hi; ++j) {
-      float s = DotF32(qh, kh + static_cast<int64_t>(j) * k_dim, k_dim) * scale;
-      if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);
-      const float* vj = vh + static_cast<int64_t>(j) * v_stride;
-      if (s > m) {
-        const float corr = std::exp(m - s);  // 0 on the first key
-        for (int32_t d = 0; d < v_dim; ++d) acc[d] = acc[d] * corr + vj[d];
-        l = l * corr + 1.0f;
-        m = s;
-      } else {
-        const float p = std::exp(s - m);
-        for (int32_t d = 0; d < v_dim; ++d) acc[d] += p * vj[d];
-        l += p;
+    // Keys in position order, a block at a time: the same arithmetic in the
+    // same order whatever the block size, so paged and contiguous caches
+    // give the same bytes.
+    for (int32_t j0 = lo; j0 < hi;) {
+      const int32_t block = cache.block_of(j0);
+      const int32_t in_block = j0 % bt;
+      const int32_t j1 = std::min(hi, j0 - in_block + bt);
+      const float* kb = cache.k + cache.block_base(block, kvh, n_kv_heads, k_dim) + int64_t{in_block} * k_dim;
+      const float* vb = cache.v + cache.block_base(block, kvh, n_kv_heads, v_stride) + int64_t{in_block} * v_stride;
+      for (int32_t j = j0; j < j1; ++j, kb += k_dim, vb += v_stride) {
+        float s = DotF32(qh, kb, k_dim) * scale;
+        if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);
+        const float* vj = vb;
+        if (s > m) {
+          const float corr = std::exp(m - s);  // 0 on the first key
+          for (int32_t d = 0; d < v_dim; ++d) acc[d] = acc[d] * corr + vj[d];
+          l = l * corr + 1.0f;
+          m = s;
+        } else {
+          const float p = std::exp(s - m);
+          for (int32_t d = 0; d < v_dim; ++d) acc[d] += p * vj[d];
+          l += p;
+        }
       }
+      j0 = j1;
     }
     float* o = out + it * v_dim;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;

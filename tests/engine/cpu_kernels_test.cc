@@ -565,9 +565,12 @@ TEST_P(CpuKernelsTest, AttentionReadsTheValueFromTheLeadingColumnsOfTheKeyRow) {
   const std::vector<float> q = Random(seq * heads * k_dim, 8);
   const int32_t bounds[] = {0, 4, 1, 5};  // row 0 sees keys [0, 4), row 1 [1, 5)
   std::vector<float> out(seq * heads * v_dim, -1.0f);
-  // Both rows address the one cache (layer 0, no V buffer).
+  // Both rows address the one cache (layer 0, no V buffer): one block of
+  // `capacity` positions (engine/kv_rows.h).
+  const int32_t table[] = {0};
+  const int64_t t_addr = static_cast<int64_t>(reinterpret_cast<intptr_t>(table));
   const int64_t k_addr = static_cast<int64_t>(reinterpret_cast<intptr_t>(k.data()));
-  const int64_t kv_rows[] = {capacity, k_addr, 0, capacity, k_addr, 0};
+  const int64_t kv_rows[] = {capacity, capacity, t_addr, k_addr, 0, capacity, capacity, t_addr, k_addr, 0};
   Attention(q.data(), bounds, kv_rows, KvRowStride(1), /*layer=*/0, out.data(), seq, heads, /*n_kv_heads=*/1, k_dim,
             v_dim, /*v_stride=*/k_dim, scale, /*softcap=*/0.0f, 0, 1);
   for (int32_t t = 0; t < seq; ++t) {

@@ -66,7 +66,7 @@ TEST(KvCacheTest, FailedAllocationLeavesTheCounterUnchanged) {
   }
   EXPECT_EQ(GetEngineCounters().kv_bytes, before);
   {
-    FailingBackend backend(8);
+    FailingBackend backend(9);  // the pool's 8 buffers and the block table
     auto kv = KvCache::Create(backend, 4, 2, 16, 8);
     ASSERT_TRUE(kv.ok()) << kv.status();
     // 2 (K, V) x 4 layers x 2 heads x 16 dims x 8 positions x 4 bytes.

@@ -73,12 +73,13 @@ inline size_t RowsOf(const Piece& p) {
 
 // Runs `steps` (each a list of pieces) on fresh contexts, one Step per step,
 // through `decoder`; returns every returned logits row per session.
+// With `pool`, the contexts' KV caches take their blocks from it.
 inline std::vector<Rows> Run(const Model& model, BatchDecoder& decoder, const Script& steps, int32_t capacity,
-                      Executor& ex) {
+                             Executor& ex, std::shared_ptr<KvPool> pool = nullptr) {
   std::vector<Rows> out(kSessions);
   std::vector<std::unique_ptr<DecodeContext>> ctx;
   for (int i = 0; i < kSessions; ++i) {
-    auto c = model.NewContext(capacity);
+    auto c = model.NewContext(capacity, pool);
     EXPECT_TRUE(c.ok()) << c.status();
     if (!c.ok()) return {};
     ctx.push_back(*std::move(c));
@@ -134,7 +135,7 @@ inline std::vector<Rows> RunAlone(const Model& model, const Script& script, int3
 // Each session's whole sequence through D1 in chunks of `chunk` tokens, every
 // row's logits kept.
 inline std::vector<Rows> RunD1(const Model& model, const Script& script, int32_t capacity, int32_t chunk,
-                               Executor& ex) {
+                               Executor& ex, std::shared_ptr<KvPool> pool = nullptr) {
   std::vector<Rows> out(kSessions);
   const size_t vocab = static_cast<size_t>(model.info().vocab_size);
   for (int i = 0; i < kSessions; ++i) {
@@ -144,7 +145,7 @@ inline std::vector<Rows> RunD1(const Model& model, const Script& script, int32_t
         if (p.session == i) seq.insert(seq.end(), p.tokens.begin(), p.tokens.end());
       }
     }
-    auto ctx = model.NewContext(capacity);
+    auto ctx = model.NewContext(capacity, pool);
     EXPECT_TRUE(ctx.ok()) << ctx.status();
     if (!ctx.ok()) return {};
     for (size_t at = 0; at < seq.size(); at += static_cast<size_t>(chunk)) {

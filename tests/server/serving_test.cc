@@ -123,6 +123,12 @@ class FakeContext final : public DecodeContext {
     return absl::Span<const float>(logits_);
   }
 
+  absl::Status ReserveKv(int32_t n_tokens) override {
+    if (cached_len() + n_tokens > capacity_) return absl::ResourceExhaustedError("full");
+    return absl::OkStatus();
+  }
+  int32_t kv_blocks() const override { return 1; }
+
   absl::Status Rewind(int32_t len) override {
     if (len < 0 || len > cached_len()) return absl::InvalidArgumentError("bad rewind");
     history_.resize(len);

@@ -3,10 +3,11 @@
 // against keys [lo_t, hi_t) (bounds, i32 [seq, 2], already offset to the
 // layer's mask variant) of layer `layer` of row t's own KV cache (the KV
 // binding table, engine/kv_rows.h). GQA: head h reads kv head h / (n_heads /
-// n_kv_heads). K is [n_kv_heads, capacity, k_dim]; V [n_kv_heads, capacity,
-// v_stride] of which each row's first v_dim floats are the value (the K
-// buffer itself, v_stride = k_dim, when the table's V address is 0: MLA's
-// latent). softcap > 0 caps the scaled scores as softcap * tanh(s / softcap).
+// n_kv_heads). The K pool is [n_blocks, n_kv_heads, block_tokens, k_dim] and
+// the V pool [n_blocks, n_kv_heads, block_tokens, v_stride], read through the
+// cache's block table, of which each row's first v_dim floats are the value
+// (the K pool itself, v_stride = k_dim, when the table's V address is 0:
+// MLA's latent). softcap > 0 caps the scaled scores as softcap * tanh(s / softcap).
 //
 // One workgroup per (row, head). Keys go in tiles of 64, one score per
 // thread; the tile's maximum rescales the running sums (online softmax,
@@ -32,6 +33,12 @@ float stable_tanh(float u) {
   return sign(u) * (1.0 - e) / (1.0 + e);
 }
 
+// Pool row of position `pos` of kv head `kvh` (engine/kv_rows.h).
+uint64_t key_row(uint64_t table, uint bt, uint kvh, uint pos) {
+  const uint block = uint(I32Buf(table).v[pos / bt]);
+  return (uint64_t(block) * p.n_kv_heads + kvh) * bt + pos % bt;
+}
+
 void main() {
   const uint item = linear_group();
   if (item >= p.seq * p.n_heads) return;
@@ -39,11 +46,11 @@ void main() {
   const uint t = item / p.n_heads, h = item % p.n_heads;
   const uint kvh = h / (p.n_heads / p.n_kv_heads);
   const uint row = t * p.stride;
-  const uint64_t capacity = uint64_t(I64Buf(p.kv_rows).v[row]);
-  const uint64_t k_base = uint64_t(I64Buf(p.kv_rows).v[row + 1 + 2 * p.layer]);
-  const uint64_t v_addr = uint64_t(I64Buf(p.kv_rows).v[row + 2 + 2 * p.layer]);
-  const uint64_t kh = k_base + uint64_t(kvh) * capacity * p.k_dim * 4;
-  const uint64_t vh = (v_addr != 0 ? v_addr : k_base) + uint64_t(kvh) * capacity * p.v_stride * 4;
+  const uint bt = uint(I64Buf(p.kv_rows).v[row + 1]);
+  const uint64_t table = uint64_t(I64Buf(p.kv_rows).v[row + 2]);
+  const uint64_t k_base = uint64_t(I64Buf(p.kv_rows).v[row + 3 + 2 * p.layer]);
+  const uint64_t v_addr = uint64_t(I64Buf(p.kv_rows).v[row + 4 + 2 * p.layer]);
+  const uint64_t v_base = v_addr != 0 ? v_addr : k_base;
   const int lo = I32Buf(p.bounds).v[2 * t], hi = I32Buf(p.bounds).v[2 * t + 1];
 
   for (uint i = tid; i < p.k_dim; i += 64) qs[i] = F32Buf(p.q).v[item * p.k_dim + i];
@@ -57,7 +64,7 @@ void main() {
     const int n = min(64, hi - j0);
     float s = -1.0 / 0.0;
     if (int(tid) < n) {
-      const uint64_t krow = kh + uint64_t(j0 + int(tid)) * p.k_dim * 4;
+      const uint64_t krow = k_base + key_row(table, bt, kvh, uint(j0) + tid) * p.k_dim * 4;
       s = 0.0;
       for (uint i = 0; i < p.k_dim; ++i) s += qs[i] * F32Buf(krow).v[i];
       s *= p.scale;
@@ -79,7 +86,9 @@ void main() {
       const uint d = tid + 64 * c;
       if (d >= p.v_dim) break;
       float a = acc[c] * corr;
-      for (int j = 0; j < n; ++j) a += prob[j] * F32Buf(vh + (uint64_t(j0 + j) * p.v_stride + d) * 4).v[0];
+      for (int j = 0; j < n; ++j) {
+        a += prob[j] * F32Buf(v_base + (key_row(table, bt, kvh, uint(j0 + j)) * p.v_stride + d) * 4).v[0];
+      }
       acc[c] = a;
     }
     m = m_new;

@@ -1,0 +1,122 @@
+#include "engine/kv_pool.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace decoded {
+
+absl::StatusOr<std::shared_ptr<KvPool>> KvPool::Create(Backend& backend, int32_t n_layers, const KvLayout& layout,
+                                                       int32_t block_tokens, int32_t n_blocks) {
+  const bool v_slot = !layout.v_in_k;
+  if (n_layers <= 0 || layout.n_kv_heads <= 0 || layout.k_dim <= 0 || layout.v_dim <= 0 || block_tokens <= 0 ||
+      n_blocks <= 0 || (!v_slot && layout.v_dim > layout.k_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool geometry must be positive: layers=", n_layers,
+                                                   " kv_heads=", layout.n_kv_heads, " k_dim=", layout.k_dim,
+                                                   " v_dim=", layout.v_dim, " block_tokens=", block_tokens,
+                                                   " blocks=", n_blocks));
+  }
+  // The geometry may come from a model file: size the pool with overflow
+  // checks before allocating anything.
+  bool overflow = false;
+  auto slot_bytes = [&](int32_t dim) {
+    int64_t per = static_cast<int64_t>(sizeof(float));
+    for (const int64_t f : {int64_t{n_blocks}, int64_t{layout.n_kv_heads}, int64_t{block_tokens}, int64_t{dim}}) {
+      overflow |= __builtin_mul_overflow(per, f, &per);
+    }
+    return per;
+  };
+  const int64_t k_per = slot_bytes(layout.k_dim);
+  const int64_t v_per = v_slot ? slot_bytes(layout.v_dim) : 0;
+  int64_t per_layer = 0, total = 0;
+  overflow |= __builtin_add_overflow(k_per, v_per, &per_layer);
+  overflow |= __builtin_mul_overflow(per_layer, int64_t{n_layers}, &total);
+  if (overflow) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool of layers=", n_layers, " kv_heads=", layout.n_kv_heads,
+                                                     " k_dim=", layout.k_dim, " v_dim=", layout.v_dim,
+                                                     " blocks=", n_blocks, "x", block_tokens,
+                                                     " would exceed 2^63 bytes"));
+  }
+  std::shared_ptr<KvPool> pool(new KvPool(backend));
+  pool->n_layers_ = n_layers;
+  pool->layout_ = layout;
+  pool->block_tokens_ = block_tokens;
+  pool->n_blocks_ = n_blocks;
+  for (int32_t l = 0; l < n_layers; ++l) {
+    auto k = backend.Allocate(static_cast<size_t>(k_per), BufferAccess::kDeviceOnly);
+    if (!k.ok()) return k.status();
+    pool->k_.push_back(*std::move(k));
+    if (v_slot) {
+      auto v = backend.Allocate(static_cast<size_t>(v_per), BufferAccess::kDeviceOnly);
+      if (!v.ok()) return v.status();
+      pool->v_.push_back(*std::move(v));
+    }
+  }
+  absl::MutexLock lock(&pool->mu_);
+  pool->refs_.assign(static_cast<size_t>(n_blocks), 0);
+  pool->free_.reserve(static_cast<size_t>(n_blocks));
+  for (int32_t b = n_blocks - 1; b >= 0; --b) pool->free_.push_back(b);
+  return pool;
+}
+
+KvPool::~KvPool() = default;
+
+int64_t KvPool::block_bytes() const {
+  return static_cast<int64_t>(n_layers_) * block_tokens_ * layout_.floats_per_token() *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int32_t KvPool::free_blocks() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int32_t>(free_.size());
+}
+
+absl::Status KvPool::Take(int32_t n, std::vector<int32_t>* out) {
+  absl::MutexLock lock(&mu_);
+  if (n < 0 || static_cast<size_t>(n) > free_.size()) {
+    return absl::ResourceExhaustedError(absl::StrCat("the KV pool has ", free_.size(), " free blocks of ",
+                                                     n_blocks_, " (", block_tokens_, " tokens each); ", n,
+                                                     " more are needed"));
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t b = free_.back();
+    free_.pop_back();
+    refs_[static_cast<size_t>(b)] = 1;
+    out->push_back(b);
+  }
+  return absl::OkStatus();
+}
+
+void KvPool::Give(absl::Span<const int32_t> blocks) {
+  absl::MutexLock lock(&mu_);
+  for (const int32_t b : blocks) {
+    if (b < 0 || b >= n_blocks_ || refs_[static_cast<size_t>(b)] == 0) continue;  // not ours: a caller bug
+    if (--refs_[static_cast<size_t>(b)] == 0) {
+      free_.push_back(b);
+      untrimmed_.push_back(b);
+    }
+  }
+}
+
+void KvPool::Trim() {
+  absl::MutexLock lock(&mu_);
+  const size_t k_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.k_dim * sizeof(float);
+  const size_t v_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.v_dim * sizeof(float);
+  for (const int32_t b : untrimmed_) {
+    if (refs_[static_cast<size_t>(b)] != 0) continue;  // taken again since: in use
+    for (int32_t l = 0; l < n_layers_; ++l) {
+      backend_.Discard(*k_[static_cast<size_t>(l)], static_cast<size_t>(b) * k_block, k_block);
+      if (!v_.empty()) backend_.Discard(*v_[static_cast<size_t>(l)], static_cast<size_t>(b) * v_block, v_block);
+    }
+  }
+  untrimmed_.clear();
+}
+
+uint64_t KvPool::k_address(int32_t layer) const { return k_[static_cast<size_t>(layer)]->device_address(); }
+uint64_t KvPool::v_address(int32_t layer) const {
+  return v_.empty() ? 0 : v_[static_cast<size_t>(layer)]->device_address();
+}
+float* KvPool::k(int32_t layer) const { return static_cast<float*>(k_[static_cast<size_t>(layer)]->data()); }
+float* KvPool::v(int32_t layer) const {
+  return v_.empty() ? nullptr : static_cast<float*>(v_[static_cast<size_t>(layer)]->data());
+}
+
+}  // namespace decoded
