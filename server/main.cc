@@ -211,9 +211,14 @@ ABSL_FLAG(int, stuck_step_seconds, 30, "health turns NOT_SERVING while one step 
 ABSL_FLAG(int, max_unconsumed_events, 8,
           "a stream whose client has not taken this many token events is not stepped until it reads (>= 1)");
 ABSL_FLAG(int64_t, kv_budget_mb, -1,
-          "KV cache all open sessions may reserve, MiB; beyond it new sessions get RESOURCE_EXHAUSTED. "
-          "-1: 75% of the memory the KV cache lives in (physical memory on cpu; on a GPU, its memory the weights "
-          "leave); 0: no limit; less than one session's KV, or more than a GPU has left, is refused at start");
+          "KV cache memory, MiB: with paged KV the size of the block pool all sessions share (a prompt waits for "
+          "free blocks); with --kv_block_tokens=0 what open sessions may reserve (beyond: RESOURCE_EXHAUSTED at "
+          "open). -1: 75% of the memory the KV cache lives in (physical memory on cpu; on a GPU, its memory the "
+          "weights leave); 0: no limit (the pool: every session at its full context); less than one session's "
+          "full context, or more than a GPU has left, is refused at start");
+ABSL_FLAG(int, kv_block_tokens, 16,
+          "paged KV: token positions per block of the shared KV pool; a session holds the blocks its length "
+          "needs (0: each session reserves a contiguous cache of --context_length at open; <= 1024)");
 ABSL_FLAG(std::string, chat_template, "",
           "file with a Jinja chat template that replaces the model file's tokenizer.chat_template (for models "
           "without one, e.g. a base model); empty: the file's own");
@@ -375,6 +380,7 @@ int main(int argc, char** argv) {
   const int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
   if (kv_budget_mb < -1) return bad_flags("--kv_budget_mb must be >= -1 (-1: from the memory there is; 0: no limit)");
   engine_options.kv_budget_bytes = kv_budget_mb < 0 ? -1 : kv_budget_mb * (int64_t{1} << 20);
+  engine_options.kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   // The device before anything listens: a device that does not exist is a
   // flag that cannot hold.
   decoded::DeviceOptions device_options;
@@ -456,7 +462,7 @@ int main(int argc, char** argv) {
     // Every session would be refused while health said SERVING.
     return bad_flags(absl::StrCat("--kv_budget_mb ", kv_budget_bytes >> 20, " is less than one session's KV cache (",
                                   (info.session_kv_bytes + (1 << 20) - 1) >> 20, " MiB for --context_length ",
-                                  info.session_context_length, "): no session could open"));
+                                  info.session_context_length, "): no session could reach it"));
   }
   if (info.session_context_length < engine_options.context_length) {
     std::cerr << "decoded: warning: --context_length " << engine_options.context_length << " exceeds the model's "

@@ -40,6 +40,12 @@ const char* FinishReasonLabel(serving::FinishReason r) {
   return "error";
 }
 
+double KvUsage(const serving::EngineStats& s) {
+  if (s.kv_blocks_total > 0) return static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total);
+  if (s.kv_budget_bytes > 0) return std::min(1.0, static_cast<double>(s.kv_bytes) / s.kv_budget_bytes);
+  return 0.0;
+}
+
 // Reads Engine::Stats() at scrape time.
 class EngineCollectable final : public prometheus::Collectable {
  public:
@@ -74,9 +80,22 @@ class EngineCollectable final : public prometheus::Collectable {
                  MetricType::Gauge, s.turns_waiting),
         OneValue("decoded_requests_running", "Turns started and not yet ended.", MetricType::Gauge, s.turns_running),
         OneValue("decoded_kv_cache_usage_ratio",
-                 "KV cache bytes held by live sessions over the KV budget, 0..1 (0 without a budget).",
-                 MetricType::Gauge,
-                 s.kv_budget_bytes > 0 ? std::min(1.0, static_cast<double>(s.kv_bytes) / s.kv_budget_bytes) : 0.0),
+                 "KV cache in use, 0..1: paged KV, the pool's blocks sessions hold over its blocks; contiguous KV, "
+                 "bytes held over the KV budget (0 without a budget).",
+                 MetricType::Gauge, KvUsage(s)),
+        OneValue("decoded_kv_blocks_total", "Blocks of the paged KV pool (0: contiguous KV, --kv_block_tokens=0).",
+                 MetricType::Gauge, s.kv_blocks_total),
+        OneValue("decoded_kv_blocks_used", "Blocks of the paged KV pool that sessions hold.", MetricType::Gauge,
+                 s.kv_blocks_used),
+        OneValue("decoded_kv_block_tokens", "Token positions per KV block (--kv_block_tokens).", MetricType::Gauge,
+                 s.kv_block_tokens),
+        OneValue("decoded_kv_preemptions_total",
+                 "Idle sessions whose KV blocks were taken back for other sessions' prompts (their next turn "
+                 "prefills their context again).",
+                 MetricType::Counter, s.kv_preemptions),
+        OneValue("decoded_kv_exhausted_turns_total",
+                 "Turns ended RESOURCE_EXHAUSTED because a decoding session needed a KV block and none was free.",
+                 MetricType::Counter, s.kv_exhausted_turns),
         OneValue("decoded_sessions_waiting_for_client",
                  "Sessions not stepped because their client has not consumed its last events (backpressure).",
                  MetricType::Gauge, s.sessions_waiting_for_client),

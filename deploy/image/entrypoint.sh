@@ -12,6 +12,7 @@
 #   DECODED_MAX_STEP_TOKENS --max_step_tokens
 #   DECODED_CONTEXT_LENGTH  --context_length
 #   DECODED_KV_BUDGET_MB    --kv_budget_mb
+#   DECODED_KV_BLOCK_TOKENS --kv_block_tokens
 #   DECODED_DRAIN_SECONDS   --drain_seconds
 #   DECODED_MAX_CONNECTIONS --max_connections
 #   DECODED_MAX_SESSIONS_PER_PEER --max_sessions_per_peer
@@ -56,6 +57,7 @@ add max_batch DECODED_MAX_BATCH
 add max_step_tokens DECODED_MAX_STEP_TOKENS
 add context_length DECODED_CONTEXT_LENGTH
 add kv_budget_mb DECODED_KV_BUDGET_MB
+add kv_block_tokens DECODED_KV_BLOCK_TOKENS
 add drain_seconds DECODED_DRAIN_SECONDS
 add max_connections DECODED_MAX_CONNECTIONS
 add max_sessions_per_peer DECODED_MAX_SESSIONS_PER_PEER

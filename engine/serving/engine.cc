@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <utility>
 
 #include <unistd.h>
@@ -33,15 +34,17 @@ class DetokenizerText final : public TextDecoder {
 
 class RealServingModel final : public ServingModel {
  public:
-  RealServingModel(std::shared_ptr<const Model> model, bool parse_special_in_chat_content)
-      : model_(std::move(model)), parse_special_in_chat_content_(parse_special_in_chat_content) {}
+  RealServingModel(std::shared_ptr<const Model> model, std::shared_ptr<KvPool> pool,
+                   bool parse_special_in_chat_content)
+      : model_(std::move(model)), pool_(std::move(pool)),
+        parse_special_in_chat_content_(parse_special_in_chat_content) {}
   int32_t vocab_size() const override { return model_->tokenizer().vocab_size(); }
   bool IsEndOfGeneration(int32_t id) const override { return model_->tokenizer().IsEndOfGeneration(id); }
   std::unique_ptr<TextDecoder> NewTextDecoder() const override {
     return std::make_unique<DetokenizerText>(&model_->tokenizer());
   }
   absl::StatusOr<std::unique_ptr<DecodeContext>> NewContext(int32_t max_seq_len) const override {
-    return model_->NewContext(max_seq_len);
+    return model_->NewContext(max_seq_len, pool_);
   }
   absl::StatusOr<std::vector<int32_t>> EncodeConversation(absl::Span<const ChatMessage> messages) const override {
     return model_->tokenizer().EncodeChat(messages, /*add_generation_prompt=*/true, parse_special_in_chat_content_);
@@ -53,10 +56,18 @@ class RealServingModel final : public ServingModel {
   }
   absl::Status health() const override { return model_->backend().health(); }
   bool prefill_depends_on_chunk_rows() const override { return model_->backend().prefill_depends_on_chunk_rows(); }
+  void TrimKv() const override {
+    if (pool_ != nullptr) pool_->Trim();
+  }
+  KvBlockCounts kv_blocks() const override {
+    if (pool_ == nullptr) return {};
+    return KvBlockCounts{pool_->block_tokens(), pool_->n_blocks(), pool_->free_blocks()};
+  }
   const Model& model() const { return *model_; }
 
  private:
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<KvPool> pool_;  // null: contiguous caches
   const bool parse_special_in_chat_content_;
 };
 
@@ -83,6 +94,9 @@ absl::Status CheckEngineOptions(const EngineOptions& o) {
   if (o.max_queued < 1) return absl::InvalidArgumentError("max_queued must be >= 1");
   if (o.context_length < 1) return absl::InvalidArgumentError("context_length must be >= 1");
   if (o.kv_budget_bytes < -1) return absl::InvalidArgumentError("kv_budget_bytes must be >= -1");
+  if (o.kv_block_tokens < 0 || o.kv_block_tokens > kMaxKvBlockTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_block_tokens must be in [0, ", kMaxKvBlockTokens, "]"));
+  }
   if (o.max_unconsumed_events < 1) return absl::InvalidArgumentError("max_unconsumed_events must be >= 1");
   if (o.max_batch < 1 || o.max_batch > kMaxBatch) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch must be in [1, ", kMaxBatch, "]"));
@@ -137,6 +151,29 @@ absl::StatusOr<int64_t> ResolveKvBudget(int64_t requested, const Backend& backen
       " MiB of memory hold ", backend.allocated_bytes() >> 20, " MiB of weights and buffers, leaving ", left >> 20,
       " MiB"));
 }
+
+namespace {
+
+// The pool of paged KV: as many blocks as the budget holds, and no more than
+// every session at its full context needs (more could never be used). A
+// budget of 0 (no limit) is the latter. On the CPU the pool's pages are
+// committed as blocks are first written, so an idle pool costs no memory.
+absl::StatusOr<std::shared_ptr<KvPool>> MakeKvPool(const Model& model, const EngineOptions& options,
+                                                   int32_t session_len, int64_t session_kv_bytes,
+                                                   int64_t kv_budget_bytes) {
+  const int32_t bt = options.kv_block_tokens;
+  const int64_t per_session = (session_len + bt - 1) / bt;
+  const int64_t block_bytes = session_kv_bytes / session_len * bt;  // session_kv_bytes is per token * session_len
+  int64_t n_blocks = std::min<int64_t>(per_session * options.max_sessions, std::numeric_limits<int32_t>::max());
+  if (kv_budget_bytes > 0) n_blocks = std::min(n_blocks, kv_budget_bytes / block_bytes);
+  if (n_blocks < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat("a KV budget of ", kv_budget_bytes, " bytes holds no block of ",
+                                                     bt, " tokens (", block_bytes, " bytes)"));
+  }
+  return model.NewKvPool(bt, static_cast<int32_t>(n_blocks));
+}
+
+}  // namespace
 
 class EngineImpl final : public Engine {
  public:
@@ -429,9 +466,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   // After the warm-up has freed its context: what the idle engine holds.
   absl::StatusOr<int64_t> kv_budget_bytes = ResolveKvBudget(options.kv_budget_bytes, backend);
   if (!kv_budget_bytes.ok()) return kv_budget_bytes.status();
-  return std::unique_ptr<Engine>(
-      new EngineImpl(std::make_unique<RealServingModel>(*std::move(model), options.parse_special_in_chat_content),
-                     options, session_len, session_kv_bytes, *kv_budget_bytes, std::move(lent), std::move(executors)));
+  std::shared_ptr<KvPool> pool;
+  if (options.kv_block_tokens > 0) {
+    absl::StatusOr<std::shared_ptr<KvPool>> made =
+        MakeKvPool(**model, options, session_len, session_kv_bytes, *kv_budget_bytes);
+    if (!made.ok()) return made.status();
+    pool = *std::move(made);
+  }
+  return std::unique_ptr<Engine>(new EngineImpl(
+      std::make_unique<RealServingModel>(*std::move(model), std::move(pool), options.parse_special_in_chat_content),
+      options, session_len, session_kv_bytes, *kv_budget_bytes, std::move(lent), std::move(executors)));
 }
 
 }  // namespace decoded::serving

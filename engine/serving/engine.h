@@ -186,6 +186,16 @@ struct EngineOptions {
   // weights leave of it; on the CPU, physical memory. On a device the budget
   // must fit what the weights leave (Create: RESOURCE_EXHAUSTED).
   int64_t kv_budget_bytes = 0;
+  // Paged KV: positions per block of the one KV pool all sessions share
+  // (engine/kv_pool.h), sized by kv_budget_bytes (0 there: every session at
+  // its full context). A session holds the blocks its live length needs, so
+  // the budget bounds what sessions hold, not what they might grow to; a
+  // turn's prompt waits in the queue until its blocks are free, and the
+  // blocks of idle sessions are taken back first (least recently used; their
+  // next turn recomputes them). 0: each session reserves a contiguous cache
+  // of context_length at open (the budget then bounds those reservations).
+  // 0..kMaxKvBlockTokens.
+  int32_t kv_block_tokens = 16;
   // Backpressure: a session whose client has not consumed this many of its
   // token events (see Engine::EventsConsumed) is not stepped until it does,
   // so a client that stops reading costs no worker time and its server-side
@@ -228,6 +238,9 @@ struct EngineOptions {
 // before paying for a model load.
 absl::Status CheckEngineOptions(const EngineOptions& options);
 
+// Largest EngineOptions::kv_block_tokens accepted.
+inline constexpr int32_t kMaxKvBlockTokens = 1024;
+
 struct EngineModelInfo {
   std::string family;
   std::string name;
@@ -267,6 +280,15 @@ struct EngineStats {
   // Configured limits (EngineOptions), so a scrape can put usage beside them.
   int64_t workers = 0;
   int64_t kv_budget_bytes = 0;  // 0 = no limit
+  // Paged KV (0 without): the pool's blocks, those sessions hold, positions per block.
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_block_tokens = 0;
+  // Idle sessions whose KV blocks were taken back for others (their next
+  // turn recomputes them), and turns ended RESOURCE_EXHAUSTED because a
+  // decoding session needed a block and none was free.
+  int64_t kv_preemptions = 0;
+  int64_t kv_exhausted_turns = 0;
   // Sessions with a turn that is not stepped because the client has not
   // consumed max_unconsumed_events of its events.
   int64_t sessions_waiting_for_client = 0;

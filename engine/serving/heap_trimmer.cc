@@ -4,9 +4,12 @@
 #include <malloc.h>
 #endif
 
+#include <utility>
+
 namespace decoded::serving {
 
-HeapTrimmer::HeapTrimmer(absl::Duration min_interval) : min_interval_(min_interval) {
+HeapTrimmer::HeapTrimmer(absl::Duration min_interval, std::function<void()> also)
+    : min_interval_(min_interval), also_(std::move(also)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -36,6 +39,7 @@ void HeapTrimmer::Loop() {
     if (stopping_) return;
     requested_ = false;
     mu_.Unlock();
+    if (also_) also_();
 #if defined(__GLIBC__)
     malloc_trim(0);
 #endif

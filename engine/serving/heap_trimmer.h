@@ -15,6 +15,7 @@
 #define DECODED_ENGINE_SERVING_HEAP_TRIMMER_H_
 
 #include <cstdint>
+#include <functional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -25,7 +26,10 @@ namespace decoded::serving {
 
 class HeapTrimmer {
  public:
-  explicit HeapTrimmer(absl::Duration min_interval = absl::Milliseconds(250));
+  // `also`, when set, runs with every trim on the trimmer's thread (the KV
+  // pool's Trim: blocks closed sessions freed).
+  explicit HeapTrimmer(absl::Duration min_interval = absl::Milliseconds(250),
+                       std::function<void()> also = nullptr);
   ~HeapTrimmer();
   HeapTrimmer(const HeapTrimmer&) = delete;
   HeapTrimmer& operator=(const HeapTrimmer&) = delete;
@@ -40,6 +44,7 @@ class HeapTrimmer {
   void Loop();
 
   const absl::Duration min_interval_;
+  const std::function<void()> also_;
   mutable absl::Mutex mu_;
   bool requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -41,6 +41,8 @@ struct Scheduler::Session {
   bool queued = false;    // in runnable_
   bool running = false;   // a worker holds it (stepping or emitting)
   Clock::time_point step_started;  // when the worker took it (valid while running)
+  Clock::time_point idle_since;    // when its last turn ended (or it opened)
+  uint64_t turn_seq = 0;           // order its current turn started in (later: newer)
   bool closing = false;
   std::vector<absl::AnyInvocable<void()>> on_released;
 
@@ -94,7 +96,7 @@ absl::StatusOr<SessionId> Scheduler::Open() {
     return status;
   };
   if (!ctx.ok()) return refuse(ctx.status());
-  if (options_.kv_budget_bytes > 0) {
+  if (options_.kv_budget_bytes > 0 && model_->kv_blocks().block_tokens == 0) {
     // KV memory is reserved at open (committed lazily as the context fills),
     // so the budget bounds what sessions can grow to. Closing sessions still
     // hold theirs until their running step returns.
@@ -111,6 +113,7 @@ absl::StatusOr<SessionId> Scheduler::Open() {
   Session* s = sessions_[id].get();
   s->ctx = *std::move(ctx);
   s->credits = std::max(1, options_.max_unconsumed_events);
+  s->idle_since = Clock::now();
   return id;
 }
 
@@ -232,6 +235,15 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
                                                    " tokens but the session's context has ", room, " of ",
                                                    s->ctx->capacity(), " left"));
   }
+  if (const KvBlockCounts pool = model_->kv_blocks(); pool.block_tokens > 0) {
+    const int64_t bt = pool.block_tokens;
+    const int64_t blocks = (static_cast<int64_t>(keep) + static_cast<int64_t>(turn.prompt.size()) + bt - 1) / bt;
+    if (blocks > pool.total) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the input needs ", blocks, " KV blocks of ", bt, " tokens; the server's pool holds ", pool.total,
+          " (--kv_budget_mb)"));
+    }
+  }
   if (keep < context) {
     // Forget the departing tail: KV rows past `keep` and carry tokens alike.
     const int32_t cached = s->ctx->cached_len();
@@ -249,6 +261,7 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
     s->conversation.clear();
   }
   ++s->version;
+  s->turn_seq = ++turns_started_;
   s->turn = std::make_unique<TurnRunner>(*model_, std::move(turn), std::move(s->carry), context, accepted);
   s->carry.clear();
   s->sink = sink;
@@ -348,6 +361,13 @@ EngineStats Scheduler::Stats() const {
   stats.workers = options_.workers;
   stats.kv_budget_bytes = options_.kv_budget_bytes;
   stats.nonfinite_logits_turns = nonfinite_logits_turns_;
+  if (const KvBlockCounts pool = model_->kv_blocks(); pool.block_tokens > 0) {
+    stats.kv_blocks_total = pool.total;
+    stats.kv_blocks_used = pool.total - pool.free;
+    stats.kv_block_tokens = pool.block_tokens;
+  }
+  stats.kv_preemptions = kv_preemptions_;
+  stats.kv_exhausted_turns = kv_exhausted_turns_;
   stats.turns_waiting = not_started_;
   const Clock::time_point now = Clock::now();
   for (const auto& [id, session] : sessions_) {
@@ -384,6 +404,58 @@ void Scheduler::MaybeEnqueue(Session* s) {
   if (s->queued || s->running || !s->HasStep()) return;
   s->queued = true;
   runnable_.push_back(s);
+}
+
+absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
+  absl::Status reserved = s->ctx->ReserveKv(n_tokens);
+  const KvBlockCounts pool = model_->kv_blocks();
+  if (reserved.ok() || pool.block_tokens == 0 || !absl::IsResourceExhausted(reserved)) return reserved;
+  const int64_t bt = pool.block_tokens;
+  const int64_t need = (static_cast<int64_t>(s->ctx->cached_len()) + n_tokens + bt - 1) / bt - s->ctx->kv_blocks();
+  if (need > pool.total) return reserved;  // past the context or the pool: nothing to take back
+  std::vector<Session*> idle;
+  for (const auto& [id, other] : sessions_) {
+    if (other->turn == nullptr && !other->running && !other->closing && other->ctx != nullptr &&
+        other->ctx->kv_blocks() > 0) {
+      idle.push_back(other.get());
+    }
+  }
+  std::sort(idle.begin(), idle.end(), [](const Session* a, const Session* b) { return a->idle_since < b->idle_since; });
+  for (Session* victim : idle) {
+    if (model_->kv_blocks().free >= need) break;
+    // Its whole context becomes carry: the next turn prefills it again.
+    if (!victim->ctx->Rewind(0).ok()) continue;
+    victim->carry = victim->history;
+    ++kv_preemptions_;
+  }
+  return s->ctx->ReserveKv(n_tokens);
+}
+
+void Scheduler::ReserveDecodeRowsLocked(std::vector<Picked>& rows) {
+  // Each decode row's block before any prompt takes more: a decoding session
+  // goes first for KV as for the step's rows.
+  for (Picked& p : rows) {
+    if (!p.kv_refused.ok()) continue;  // gave its blocks up below
+    absl::Status reserved = ReserveKvLocked(p.session, 1);
+    while (!reserved.ok()) {
+      // The newest turn among the rows still in the step gives its blocks
+      // up (vLLM preempts the newest too), so older turns finish instead of
+      // every session of a batch running dry together.
+      Picked* newest = &p;
+      for (Picked& q : rows) {
+        if (q.kv_refused.ok() && q.session->turn_seq > newest->session->turn_seq) newest = &q;
+      }
+      newest->kv_refused = absl::ResourceExhaustedError(absl::StrCat(
+          "the KV pool ran out of blocks while this turn decoded (", reserved.message(),
+          "); the newest turn gives its blocks to the older ones (--kv_budget_mb)"));
+      ++kv_exhausted_turns_;
+      if (newest == &p) break;
+      // Its context becomes carry when its turn ends (FinishStep); its
+      // blocks go back now, before this step runs.
+      newest->kv_released = newest->session->ctx->Rewind(0).ok();
+      reserved = ReserveKvLocked(p.session, 1);
+    }
+  }
 }
 
 bool Scheduler::DecodeReady(const Session* s) const {
@@ -426,6 +498,7 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
       it = take(it);
       ++decode_rows;
     }
+    if (model_->kv_blocks().block_tokens > 0) ReserveDecodeRowsLocked(picked);
     int32_t left = budget - static_cast<int32_t>(decode_rows);
     // Every row of a prompt-logprobs span is an output row ([n, vocab]
     // logits): no more of them per step, over all its spans, than one D1
@@ -438,6 +511,10 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
         ++it;
         continue;
       }
+      // A prompt maps its whole prompt's blocks at its first span, so it
+      // never stalls half-prefilled; one that cannot waits, and so do the
+      // prompts behind it (first come, first served).
+      if (model_->kv_blocks().block_tokens > 0 && !ReserveKvLocked(*it, s->turn->PrefillRemaining()).ok()) break;
       int32_t n = std::min(left, s->turn->PrefillRemaining());
       if (all_rows) {
         n = std::min(n, all_rows_left);
@@ -554,38 +631,51 @@ void Scheduler::WorkerLoop() {
 
 void Scheduler::RunMixedStep(const std::vector<Picked>& picked, BatchDecoder& decoder, Executor& executor,
                              std::vector<StepOutput>& outs) {
-  const size_t n = picked.size();
+  // The step's spans: every picked session but those the KV pool refused,
+  // whose turns end here.
+  std::vector<size_t> live;  // indices into picked (and outs)
+  for (size_t i = 0; i < picked.size(); ++i) {
+    const Picked& p = picked[i];
+    if (p.kv_refused.ok()) {
+      live.push_back(i);
+    } else {
+      outs[i] = p.turn->FinishDecode(p.kv_refused, 0, *p.session->ctx);
+    }
+  }
+  const size_t n = live.size();
+  if (n == 0) return;
   std::vector<int32_t> decode_tokens(n);  // a decode row's token (a span points at it)
   std::vector<StepSpan> spans(n);
   StepInfo info;
-  for (size_t i = 0; i < n; ++i) {
-    const Picked& p = picked[i];
-    spans[i].context = p.session->ctx.get();
+  for (size_t k = 0; k < n; ++k) {
+    const Picked& p = picked[live[k]];
+    spans[k].context = p.session->ctx.get();
     if (p.span_tokens > 0) {
-      spans[i].tokens = p.turn->NextPrefill(p.span_tokens);
-      spans[i].logits = p.turn->PrefillLogits(p.span_tokens);
+      spans[k].tokens = p.turn->NextPrefill(p.span_tokens);
+      spans[k].logits = p.turn->PrefillLogits(p.span_tokens);
       info.prefill = true;
     } else {
-      decode_tokens[i] = *p.turn->PendingDecodeToken();
-      spans[i].tokens = absl::MakeConstSpan(&decode_tokens[i], 1);
-      spans[i].logits = SpanLogits::kLast;
+      decode_tokens[k] = *p.turn->PendingDecodeToken();
+      spans[k].tokens = absl::MakeConstSpan(&decode_tokens[k], 1);
+      spans[k].logits = SpanLogits::kLast;
       ++info.decode_rows;
     }
-    info.tokens += static_cast<int32_t>(spans[i].tokens.size());
+    info.tokens += static_cast<int32_t>(spans[k].tokens.size());
   }
-  // Rows of the step's logits that belong to span i.
-  auto rows_of = [&](size_t i) -> size_t {
-    switch (spans[i].logits) {
+  // Rows of the step's logits that belong to span k.
+  auto rows_of = [&](size_t k) -> size_t {
+    switch (spans[k].logits) {
       case SpanLogits::kNone: return 0;
       case SpanLogits::kLast: return 1;
-      case SpanLogits::kAll: return spans[i].tokens.size();
+      case SpanLogits::kAll: return spans[k].tokens.size();
     }
     return 0;
   };
-  auto finish = [&](size_t i, absl::StatusOr<absl::Span<const float>> rows, double seconds) {
-    const Picked& p = picked[i];
-    outs[i] = p.span_tokens > 0 ? p.turn->FinishPrefill(p.span_tokens, std::move(rows), seconds, *spans[i].context)
-                                : p.turn->FinishDecode(std::move(rows), seconds, *spans[i].context);
+  auto finish = [&](size_t k, absl::StatusOr<absl::Span<const float>> rows, double seconds) {
+    const Picked& p = picked[live[k]];
+    outs[live[k]] = p.span_tokens > 0
+                        ? p.turn->FinishPrefill(p.span_tokens, std::move(rows), seconds, *spans[k].context)
+                        : p.turn->FinishDecode(std::move(rows), seconds, *spans[k].context);
   };
 
   const Clock::time_point start = Clock::now();
@@ -594,30 +684,30 @@ void Scheduler::RunMixedStep(const std::vector<Picked>& picked, BatchDecoder& de
   if (logits.ok() || n == 1) {
     const size_t vocab = static_cast<size_t>(model_->vocab_size());
     std::vector<size_t> first_row(n, 0);
-    for (size_t i = 1; i < n; ++i) first_row[i] = first_row[i - 1] + rows_of(i - 1);
+    for (size_t k = 1; k < n; ++k) first_row[k] = first_row[k - 1] + rows_of(k - 1);
     // Each turn samples its own row (its sampler, stop rules and text
     // decoder are its own): spread over the worker's threads.
-    executor.ParallelFor(static_cast<int64_t>(n), [&](int64_t k) {
-      const size_t i = static_cast<size_t>(k);
+    executor.ParallelFor(static_cast<int64_t>(n), [&](int64_t j) {
+      const size_t k = static_cast<size_t>(j);
       absl::StatusOr<absl::Span<const float>> rows =
           logits.ok() ? absl::StatusOr<absl::Span<const float>>(
-                            logits->subspan(first_row[i] * vocab, rows_of(i) * vocab))
+                            logits->subspan(first_row[k] * vocab, rows_of(k) * vocab))
                       : logits.status();
-      finish(i, std::move(rows), info.seconds);
+      finish(k, std::move(rows), info.seconds);
     });
     if (options_.on_step) options_.on_step(info);
     return;
   }
   // A step refuses as a whole (nothing is written): step each span alone so
   // the error lands on the session it belongs to, through the same plans.
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t k = 0; k < n; ++k) {
     const Clock::time_point alone = Clock::now();
-    absl::StatusOr<absl::Span<const float>> rows = decoder.Step(absl::MakeConstSpan(&spans[i], 1), executor);
+    absl::StatusOr<absl::Span<const float>> rows = decoder.Step(absl::MakeConstSpan(&spans[k], 1), executor);
     const double seconds = std::chrono::duration<double>(Clock::now() - alone).count();
-    finish(i, std::move(rows), seconds);
+    finish(k, std::move(rows), seconds);
     if (options_.on_step) {
-      const bool prefill = picked[i].span_tokens > 0;
-      options_.on_step(StepInfo{prefill, seconds, static_cast<int32_t>(spans[i].tokens.size()), prefill ? 0 : 1});
+      const bool prefill = picked[live[k]].span_tokens > 0;
+      options_.on_step(StepInfo{prefill, seconds, static_cast<int32_t>(spans[k].tokens.size()), prefill ? 0 : 1});
     }
   }
 }
@@ -662,6 +752,12 @@ void Scheduler::FinishStep(const Picked& p, StepOutput out) {
       if (out.nonfinite_logits) ++nonfinite_logits_turns_;
       s->carry = turn->TakeCarry();
       RecordTurn(s, *turn);
+      // Blocks mapped for a prompt the turn did not finish go back.
+      s->ctx->Rewind(s->ctx->cached_len()).IgnoreError();
+      // A turn that gave its blocks up: its whole context is recomputed by
+      // the session's next turn.
+      if (p.kv_released) s->carry = s->history;
+      s->idle_since = Clock::now();
       finished = std::move(s->turn);
       s->sink = nullptr;
       s->end_request.reset();

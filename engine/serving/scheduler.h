@@ -38,9 +38,23 @@
 //   once and leaves the run queue; it is destroyed (KV cache and bindings
 //   freed) on the closing thread when no step runs, else by the worker right
 //   after its step. Its release callbacks run then; no sink call follows.
-// - Admission: at most max_sessions open sessions, KV reservations within
-//   kv_budget_bytes, and max_queued accepted turns that have not yet started;
-//   beyond either, RESOURCE_EXHAUSTED.
+// - Admission: at most max_sessions open sessions, and max_queued accepted
+//   turns that have not yet started; beyond either, RESOURCE_EXHAUSTED.
+//   Contiguous KV (no pool): each open session's reservation within
+//   kv_budget_bytes, else RESOURCE_EXHAUSTED at open.
+// - Paged KV (ServingModel::kv_blocks): a turn whose input needs more blocks
+//   than the pool has is refused (RESOURCE_EXHAUSTED). A prompt's first
+//   prefill span maps the blocks of its whole prompt; when the pool cannot
+//   give them, the blocks of idle sessions are taken back, least recently
+//   used first (preemption: such a session's next turn prefills its whole
+//   context again, the tokens it keeps as carry), and if that is not
+//   enough the prompt waits in the queue, and prompts behind it too (first
+//   come, first served). When a step's decode rows need blocks and none is
+//   free, even after that, the newest of their turns ends RESOURCE_EXHAUSTED
+//   (its tokens so far stand) and its session's blocks go back at once (its
+//   next turn recomputes its context), until the older rows have theirs; no
+//   running turn's blocks are ever written by another. A turn's blocks past
+//   its context go back when it ends.
 //
 // Each worker owns one Executor (made by `make_executor` on its own thread).
 // Sink calls and release callbacks happen with no scheduler lock held.
@@ -134,6 +148,11 @@ class Scheduler {
     std::optional<FinishReason> end_request;
     // Prompt tokens a mixed step prefills for it; 0: a decode row (or an end).
     int32_t span_tokens = 0;
+    // Not OK: the KV pool had no block for its decode row; its turn ends with this.
+    absl::Status kv_refused;
+    // Its KV blocks were given up for older turns' rows (kv_refused is set):
+    // its context is carry from its turn's end on.
+    bool kv_released = false;
   };
   // What a worker waits for: work, stop, or (holding plans) no open session.
   struct WorkerWake {
@@ -183,6 +202,14 @@ class Scheduler {
   // for a chat turn its messages and the model's reply (the text the client
   // received) in the session's conversation.
   void RecordTurn(Session* s, const TurnRunner& turn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Paged KV: maps the blocks `n_tokens` more tokens of `s` need, taking
+  // back idle sessions' blocks (least recently used first) when the pool is
+  // short. The pool's error when even that is not enough.
+  absl::Status ReserveKvLocked(Session* s, int32_t n_tokens) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Paged KV: one position's block for each decode row of a step; where the
+  // pool runs dry the newest turn among `rows` gives its blocks up and ends
+  // RESOURCE_EXHAUSTED (Picked::kv_refused, kv_released).
+  void ReserveDecodeRowsLocked(std::vector<Picked>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a closing session that no worker holds out of the map.
   std::unique_ptr<Session> TakeClosedLocked(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Destroys a session taken by TakeClosedLocked and runs its release
@@ -201,10 +228,15 @@ class Scheduler {
   int not_started_ ABSL_GUARDED_BY(mu_) = 0;  // accepted turns before their first step
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t nonfinite_logits_turns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kv_preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kv_exhausted_turns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t turns_started_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
-  HeapTrimmer heap_trimmer_;  // gives freed session memory back to the OS
+  // Gives freed session memory back to the OS: heap, and the KV blocks
+  // closed or rewound sessions freed.
+  HeapTrimmer heap_trimmer_{absl::Milliseconds(250), [this] { model_->TrimKv(); }};
   std::vector<std::thread> workers_;
 };
 

@@ -31,6 +31,13 @@ class TextDecoder {
   virtual std::string Flush() = 0;           // held-back bytes, invalid ones as U+FFFD
 };
 
+// The KV block pool's size and use (engine/kv_pool.h).
+struct KvBlockCounts {
+  int32_t block_tokens = 0;  // positions per block; 0: no pool
+  int32_t total = 0;
+  int32_t free = 0;
+};
+
 // Thread-safe; shared by all workers.
 class ServingModel {
  public:
@@ -61,6 +68,12 @@ class ServingModel {
   virtual absl::Status health() const { return absl::OkStatus(); }
   // Backend::prefill_depends_on_chunk_rows of the device the model runs on.
   virtual bool prefill_depends_on_chunk_rows() const { return false; }
+  // Paged KV: the pool of blocks the contexts from NewContext share, now.
+  // block_tokens == 0 when each context reserves a contiguous cache.
+  virtual KvBlockCounts kv_blocks() const { return {}; }
+  // Gives the memory of KV blocks freed since the last call back
+  // (KvPool::Trim); the scheduler's trimmer calls it after sessions go.
+  virtual void TrimKv() const {}
 };
 
 }  // namespace decoded::serving

@@ -448,10 +448,16 @@ TEST_F(ServerE2eTest, TurnsProcessAndModelServerProtocolMetrics) {
   ASSERT_TRUE(stream->Read(&first));
   const std::string during = scrape();
   EXPECT_EQ(e2e::MetricValue(during, "decoded_requests_running"), 1) << during;
+  // Paged KV (the default): the pool's blocks the session holds over its
+  // blocks, and those blocks' bytes.
   const double kv = e2e::MetricValue(during, "decoded_kv_bytes");
-  const double budget = e2e::MetricValue(during, "decoded_kv_budget_bytes");
+  const double used = e2e::MetricValue(during, "decoded_kv_blocks_used");
+  const double total = e2e::MetricValue(during, "decoded_kv_blocks_total");
   EXPECT_GT(kv, 0);
-  EXPECT_NEAR(e2e::MetricValue(during, "decoded_kv_cache_usage_ratio"), budget > 0 ? kv / budget : 0.0, 1e-6);
+  EXPECT_GT(used, 0);
+  EXPECT_GE(total, used);
+  EXPECT_EQ(e2e::MetricValue(during, "decoded_kv_block_tokens"), 16);
+  EXPECT_NEAR(e2e::MetricValue(during, "decoded_kv_cache_usage_ratio"), used / total, 1e-6) << during;
   ctx.TryCancel();
   stream->Finish();
   // What runs, on which model.
@@ -521,12 +527,18 @@ TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
   auto stream = stub->Generate(&ctx);
   ASSERT_TRUE(stream->Write(TextTurn("hello", 2)));
   ASSERT_TRUE(ReadTurn(stream.get()).ended);
+  // Paged KV: the session holds the blocks of its context; the pool, within
+  // the budget, is what every session at its full context can use
+  // (max_sessions x 64 / 16 blocks).
   const double kv = scrape("decoded_kv_bytes");
   EXPECT_GT(kv, 0);
   EXPECT_LE(kv, 3.0 * (1 << 30));
+  const double total = eo.max_sessions * 64 / 16;
+  EXPECT_EQ(scrape("decoded_kv_blocks_total"), total);
+  const double used = scrape("decoded_kv_blocks_used");
+  EXPECT_GE(used, 1);
   const double usage = scrape("decoded_kv_cache_usage_ratio");
-  EXPECT_GT(usage, 0);
-  EXPECT_NEAR(usage, kv / (3.0 * (1 << 30)), 1e-6 * usage);
+  EXPECT_NEAR(usage, used / total, 1e-6);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 
