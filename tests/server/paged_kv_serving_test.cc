@@ -97,7 +97,9 @@ std::unique_ptr<Engine> MakeEngine(int32_t blocks, int max_sessions) {
   auto engine = Engine::Create(o);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return nullptr;
-  if (blocks > 0) EXPECT_EQ((*engine)->Stats().kv_blocks_total, blocks);
+  if (blocks > 0) {
+    EXPECT_EQ((*engine)->Stats().kv_blocks_total, blocks);
+  }
   return *std::move(engine);
 }
 
