@@ -242,7 +242,8 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
     const int64_t t = it / (int64_t{n_kv_heads} * subgroups);
     const int32_t kvh = static_cast<int32_t>(it / subgroups % n_kv_heads);
     const int32_t h0 = kvh * group + static_cast<int32_t>(it % subgroups) * kAttnHeads;
-    const int32_t nh = std::min(kAttnHeads, kvh * group + group - h0);
+    const int32_t rest = kvh * group + group - h0;
+    const int32_t nh = rest < kAttnHeads ? rest : kAttnHeads;  // not std::min: no reference to the constant
     const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t, layer);
     const int32_t bt = cache.block_tokens;
     const int32_t lo = bounds[2 * t];

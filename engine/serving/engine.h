@@ -257,7 +257,7 @@ struct EngineModelInfo {
   // "avx2", "scalar"); "" on other devices.
   std::string cpu_isa;
   int32_t session_context_length = 0;
-  int64_t session_kv_bytes = 0;  // KV cache one session reserves (session_context_length tokens)
+  int64_t session_kv_bytes = 0;  // KV cache of one session at its full context (session_context_length tokens)
   int32_t max_sessions = 0;
   int32_t bos_id = 0;
   int32_t eos_id = 0;
@@ -325,8 +325,10 @@ class Engine {
   // without further sink calls.
   virtual ~Engine() = default;
 
-  // RESOURCE_EXHAUSTED when max_sessions sessions are open or the KV budget
-  // is spent; UNAVAILABLE after BeginShutdown. The KV cache is allocated here.
+  // RESOURCE_EXHAUSTED when max_sessions sessions are open or (contiguous KV,
+  // kv_block_tokens = 0) the KV budget is spent; UNAVAILABLE after
+  // BeginShutdown. The context is made here: paged, it holds no KV block yet;
+  // contiguous, its whole cache is reserved.
   virtual absl::StatusOr<SessionId> OpenSession() = 0;
 
   // Validates and queues a turn; text and chat input are tokenized (a chat
