@@ -52,6 +52,7 @@ absl::StatusOr<std::shared_ptr<KvPool>> KvPool::Create(Backend& backend, int32_t
   }
   absl::MutexLock lock(&pool->mu_);
   pool->refs_.assign(static_cast<size_t>(n_blocks), 0);
+  pool->used_since_trim_.assign(static_cast<size_t>(n_blocks), 0);
   pool->free_.reserve(static_cast<size_t>(n_blocks));
   for (int32_t b = n_blocks - 1; b >= 0; --b) pool->free_.push_back(b);
   return pool;
@@ -66,20 +67,26 @@ int64_t KvPool::block_bytes() const {
 
 int32_t KvPool::free_blocks() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int32_t>(free_.size());
+  return static_cast<int32_t>(free_.size()) + trimming_;
 }
 
 absl::Status KvPool::Take(int32_t n, std::vector<int32_t>* out) {
   absl::MutexLock lock(&mu_);
-  if (n < 0 || static_cast<size_t>(n) > free_.size()) {
-    return absl::ResourceExhaustedError(absl::StrCat("the KV pool has ", free_.size(), " free blocks of ",
-                                                     n_blocks_, " (", block_tokens_, " tokens each); ", n,
-                                                     " more are needed"));
+  const size_t free = free_.size() + static_cast<size_t>(trimming_);
+  if (n < 0 || static_cast<size_t>(n) > free) {
+    return absl::ResourceExhaustedError(absl::StrCat("the KV pool has ", free, " free blocks of ", n_blocks_, " (",
+                                                     block_tokens_, " tokens each); ", n, " more are needed"));
+  }
+  if (static_cast<size_t>(n) > free_.size()) {
+    // Some of them are being discarded: they are free again within the Trim.
+    auto trimmed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return trimming_ == 0; };
+    mu_.Await(absl::Condition(&trimmed));
   }
   for (int32_t i = 0; i < n; ++i) {
     const int32_t b = free_.back();
     free_.pop_back();
     refs_[static_cast<size_t>(b)] = 1;
+    used_since_trim_[static_cast<size_t>(b)] = 1;
     out->push_back(b);
   }
   return absl::OkStatus();
@@ -89,25 +96,42 @@ void KvPool::Give(absl::Span<const int32_t> blocks) {
   absl::MutexLock lock(&mu_);
   for (const int32_t b : blocks) {
     if (b < 0 || b >= n_blocks_ || refs_[static_cast<size_t>(b)] == 0) continue;  // not ours: a caller bug
-    if (--refs_[static_cast<size_t>(b)] == 0) {
-      free_.push_back(b);
-      untrimmed_.push_back(b);
-    }
+    if (--refs_[static_cast<size_t>(b)] == 0) free_.push_back(b);
   }
 }
 
 void KvPool::Trim() {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock trim_lock(&trim_mu_);
+  std::vector<int32_t> discard;
+  {
+    // Set the free blocks used since the last Trim aside; the rest stay
+    // free in stack order.
+    absl::MutexLock lock(&mu_);
+    size_t kept = 0;
+    for (const int32_t b : free_) {
+      if (used_since_trim_[static_cast<size_t>(b)] != 0) {
+        discard.push_back(b);
+      } else {
+        free_[kept++] = b;
+      }
+    }
+    free_.resize(kept);
+    trimming_ = static_cast<int32_t>(discard.size());
+  }
+  if (discard.empty()) return;
   const size_t k_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.k_dim * sizeof(float);
   const size_t v_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.v_dim * sizeof(float);
-  for (const int32_t b : untrimmed_) {
-    if (refs_[static_cast<size_t>(b)] != 0) continue;  // taken again since: in use
+  for (const int32_t b : discard) {
     for (int32_t l = 0; l < n_layers_; ++l) {
       backend_.Discard(*k_[static_cast<size_t>(l)], static_cast<size_t>(b) * k_block, k_block);
       if (!v_.empty()) backend_.Discard(*v_[static_cast<size_t>(l)], static_cast<size_t>(b) * v_block, v_block);
     }
   }
-  untrimmed_.clear();
+  absl::MutexLock lock(&mu_);
+  for (const int32_t b : discard) used_since_trim_[static_cast<size_t>(b)] = 0;
+  // At the bottom of the stack: warm blocks given back later go out first.
+  free_.insert(free_.begin(), discard.rbegin(), discard.rend());
+  trimming_ = 0;
 }
 
 uint64_t KvPool::k_address(int32_t layer) const { return k_[static_cast<size_t>(layer)]->device_address(); }

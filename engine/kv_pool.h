@@ -53,23 +53,26 @@ class KvPool {
   int64_t block_bytes() const;
   int64_t bytes() const { return block_bytes() * n_blocks_; }
 
-  // Blocks with no reference now.
+  // Blocks with no reference now (those a Trim is discarding included).
   int32_t free_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
   int32_t used_blocks() const { return n_blocks_ - free_blocks(); }
 
   // Appends `n` free blocks (one reference each) to *out, the most recently
   // given back first (its memory is committed and likely in cache);
-  // RESOURCE_EXHAUSTED (with the numbers) and nothing taken when fewer are free.
+  // RESOURCE_EXHAUSTED (with the numbers) and nothing taken when fewer are
+  // free. Waits for a running Trim only when it needs the blocks it holds.
   absl::Status Take(int32_t n, std::vector<int32_t>* out) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops one reference of each block (ids from Take).
   void Give(absl::Span<const int32_t> blocks) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Gives the memory of the blocks freed since the last call, and still
-  // free, back to the backend (Backend::Discard: on the CPU, their pages to
-  // the operating system), so resident KV memory follows the blocks in use,
-  // not their peak. Holds the pool's lock meanwhile (no Take can hand such a
-  // block out while it is discarded): call it off latency-critical paths.
-  void Trim() ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives the memory of the free blocks that were used since the last call
+  // back to the backend (Backend::Discard: on the CPU, their pages to the
+  // operating system), so resident KV memory follows the blocks in use, not
+  // their peak. The blocks being discarded are set aside and the pool's lock
+  // is not held meanwhile: Take and Give go on, and only a Take that needs
+  // those very blocks waits for them. Trimmed blocks go to the bottom of the
+  // free stack (handed out last: their memory is cold). Calls serialize.
+  void Trim() ABSL_LOCKS_EXCLUDED(mu_, trim_mu_);
 
   // The device address of layer `layer`'s K / V pool (0 for V when the
   // layout has no V slot): what the KV binding table holds.
@@ -88,11 +91,15 @@ class KvPool {
   KvLayout layout_;
   std::vector<std::unique_ptr<DeviceBuffer>> k_, v_;
 
+  absl::Mutex trim_mu_;  // one Trim at a time
   mutable absl::Mutex mu_;
   std::vector<int32_t> refs_ ABSL_GUARDED_BY(mu_);  // references per block
-  // Free ids as a stack (a fresh pool hands out 0, 1, 2, ...).
+  // Free ids as a stack (a fresh pool hands out 0, 1, 2, ...), without the
+  // ones a Trim is discarding.
   std::vector<int32_t> free_ ABSL_GUARDED_BY(mu_);
-  std::vector<int32_t> untrimmed_ ABSL_GUARDED_BY(mu_);  // freed since the last Trim
+  // Per block: taken since it was last trimmed (its memory may be committed).
+  std::vector<uint8_t> used_since_trim_ ABSL_GUARDED_BY(mu_);
+  int32_t trimming_ ABSL_GUARDED_BY(mu_) = 0;  // free blocks a Trim holds aside
 };
 
 }  // namespace decoded
