@@ -42,6 +42,9 @@ struct Scheduler::Session {
   bool running = false;   // a worker holds it (stepping or emitting)
   Clock::time_point step_started;  // when the worker took it (valid while running)
   Clock::time_point idle_since;    // when its last turn ended (or it opened)
+  // Leading carry tokens that are context whose KV blocks were given back
+  // (preemption): the next turn computes them again as context, not input.
+  int32_t recompute = 0;
   uint64_t turn_seq = 0;           // order its current turn started in (later: newer)
   bool closing = false;
   std::vector<absl::AnyInvocable<void()>> on_released;
@@ -250,8 +253,10 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
     if (keep < cached) {
       if (absl::Status rewound = s->ctx->Rewind(keep); !rewound.ok()) return rewound;
       s->carry.clear();
+      s->recompute = 0;
     } else {
       s->carry.resize(keep - cached);
+      s->recompute = std::min(s->recompute, keep - cached);
     }
     s->history.resize(keep);
     context = keep;
@@ -262,8 +267,10 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
   }
   ++s->version;
   s->turn_seq = ++turns_started_;
-  s->turn = std::make_unique<TurnRunner>(*model_, std::move(turn), std::move(s->carry), context, accepted);
+  s->turn =
+      std::make_unique<TurnRunner>(*model_, std::move(turn), std::move(s->carry), context, accepted, s->recompute);
   s->carry.clear();
+  s->recompute = 0;
   s->sink = sink;
   s->turn_started = false;
   s->end_request.reset();
@@ -328,6 +335,10 @@ void Scheduler::Release(std::unique_ptr<Session> s) {
   std::vector<absl::AnyInvocable<void()>> callbacks = std::move(s->on_released);
   // The KV cache, the held plan and the turn go here, outside the lock.
   s.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    ++wake_gen_;  // its KV blocks are free: a waiting prompt may fit now
+  }
   heap_trimmer_.Request();
   for (auto& callback : callbacks) callback();
 }
@@ -397,10 +408,14 @@ void Scheduler::RecordTurn(Session* s, const TurnRunner& turn) {
 bool Scheduler::WorkerHasWork(WorkerWake* wake) {
   const Scheduler* self = wake->scheduler;
   self->mu_.AssertReaderHeld();
-  return self->stopping_ || !self->runnable_.empty() || (*wake->holds_plans && self->open_ == 0);
+  // Queued sessions are work unless the last pick found none of them could
+  // step (prompts waiting for KV blocks) and nothing has changed since.
+  const bool queued_work = !self->runnable_.empty() && self->wake_gen_ != self->stalled_gen_;
+  return self->stopping_ || queued_work || (*wake->holds_plans && self->open_ == 0);
 }
 
 void Scheduler::MaybeEnqueue(Session* s) {
+  ++wake_gen_;  // its state changed: a waiting prompt may fit now, or it may step
   if (s->queued || s->running || !s->HasStep()) return;
   s->queued = true;
   runnable_.push_back(s);
@@ -413,19 +428,42 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
   const int64_t bt = pool.block_tokens;
   const int64_t need = (static_cast<int64_t>(s->ctx->cached_len()) + n_tokens + bt - 1) / bt - s->ctx->kv_blocks();
   if (need > pool.total) return reserved;  // past the context or the pool: nothing to take back
-  std::vector<Session*> idle;
+  // Whose blocks can go back: idle sessions, least recently used first, then
+  // sessions whose queued turn has not started, newest turn first (they
+  // would otherwise hold blocks while waiting behind this very prompt).
+  std::vector<Session*> idle, unstarted;
+  int64_t reclaimable = 0;
   for (const auto& [id, other] : sessions_) {
-    if (other->turn == nullptr && !other->running && !other->closing && other->ctx != nullptr &&
-        other->ctx->kv_blocks() > 0) {
-      idle.push_back(other.get());
+    Session* o = other.get();
+    if (o == s || o->running || o->closing || o->ctx == nullptr || o->ctx->kv_blocks() == 0) continue;
+    if (o->turn == nullptr) {
+      idle.push_back(o);
+    } else if (!o->turn_started) {
+      unstarted.push_back(o);
+    } else {
+      continue;
     }
+    reclaimable += o->ctx->kv_blocks();
   }
+  // Taking blocks back that cannot make room only makes their owners
+  // recompute: then nothing is taken, and the caller waits.
+  if (pool.free + reclaimable < need) return reserved;
   std::sort(idle.begin(), idle.end(), [](const Session* a, const Session* b) { return a->idle_since < b->idle_since; });
+  std::sort(unstarted.begin(), unstarted.end(),
+            [](const Session* a, const Session* b) { return a->turn_seq > b->turn_seq; });
+  idle.insert(idle.end(), unstarted.begin(), unstarted.end());
   for (Session* victim : idle) {
     if (model_->kv_blocks().free >= need) break;
-    // Its whole context becomes carry: the next turn prefills it again.
+    const int32_t cached = victim->ctx->cached_len();
     if (!victim->ctx->Rewind(0).ok()) continue;
-    victim->carry = victim->history;
+    if (victim->turn == nullptr) {
+      // Its whole context becomes carry: the next turn prefills it again.
+      victim->recompute = static_cast<int32_t>(victim->history.size() - (victim->carry.size() - victim->recompute));
+      victim->carry = victim->history;
+    } else {
+      // The queued turn prefills the context it had cached first.
+      victim->turn->PrependRecompute(absl::MakeConstSpan(victim->history.data(), static_cast<size_t>(cached)));
+    }
     ++kv_preemptions_;
   }
   return s->ctx->ReserveKv(n_tokens);
@@ -449,10 +487,10 @@ void Scheduler::ReserveDecodeRowsLocked(std::vector<Picked>& rows) {
           "the KV pool ran out of blocks while this turn decoded (", reserved.message(),
           "); the newest turn gives its blocks to the older ones (--kv_budget_mb)"));
       ++kv_exhausted_turns_;
-      if (newest == &p) break;
       // Its context becomes carry when its turn ends (FinishStep); its
       // blocks go back now, before this step runs.
       newest->kv_released = newest->session->ctx->Rewind(0).ok();
+      if (newest == &p) break;
       reserved = ReserveKvLocked(p.session, 1);
     }
   }
@@ -504,6 +542,7 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
     // logits): no more of them per step, over all its spans, than one D1
     // chunk computes, so a held plan's logits stay as small as D1's were.
     int32_t all_rows_left = kMaxPrefillChunk;
+    bool kv_blocked = false;  // a prompt waits for KV blocks
     for (auto it = runnable_.begin(); it != runnable_.end() && left > 0;) {
       const Session* s = *it;
       const bool all_rows = s->turn->turn().prompt_logprobs;
@@ -513,8 +552,18 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
       }
       // A prompt maps its whole prompt's blocks at its first span, so it
       // never stalls half-prefilled; one that cannot waits, and so do the
-      // prompts behind it (first come, first served).
-      if (model_->kv_blocks().block_tokens > 0 && !ReserveKvLocked(*it, s->turn->PrefillRemaining()).ok()) break;
+      // new prompts behind it (first come, first served). Prompts whose
+      // blocks are mapped already go on past it: they hold blocks, and
+      // finishing is how they give them back.
+      if (const int32_t bt = model_->kv_blocks().block_tokens; bt > 0) {
+        const int64_t blocks = (static_cast<int64_t>(s->ctx->cached_len()) + s->turn->PrefillRemaining() + bt - 1) / bt;
+        const bool mapped = blocks <= s->ctx->kv_blocks();
+        if (!mapped && (kv_blocked || !ReserveKvLocked(*it, s->turn->PrefillRemaining()).ok())) {
+          kv_blocked = true;
+          ++it;
+          continue;
+        }
+      }
       int32_t n = std::min(left, s->turn->PrefillRemaining());
       if (all_rows) {
         n = std::min(n, all_rows_left);
@@ -559,9 +608,13 @@ void Scheduler::WorkerLoop() {
         PickLocked(picked);
         if (!picked.empty()) busy_ += 1;
         others_waiting = !runnable_.empty();
+        // Nothing queued can step (its prompts wait for KV blocks): sleep
+        // until a step ends, a session goes or one is queued.
+        if (picked.empty()) stalled_gen_ = wake_gen_;
       }
     }
     if (picked.empty()) {
+      if (others_waiting) continue;
       // No session is open: give the plans' memory and bindings back; they
       // are rebuilt by the next decode step.
       decoder->Release();
@@ -750,13 +803,17 @@ void Scheduler::FinishStep(const Picked& p, StepOutput out) {
     s->credits -= static_cast<int>(out.tokens.size());
     if (out.end) {
       if (out.nonfinite_logits) ++nonfinite_logits_turns_;
+      s->recompute = turn->UnfedRecompute();
       s->carry = turn->TakeCarry();
       RecordTurn(s, *turn);
       // Blocks mapped for a prompt the turn did not finish go back.
       s->ctx->Rewind(s->ctx->cached_len()).IgnoreError();
       // A turn that gave its blocks up: its whole context is recomputed by
       // the session's next turn.
-      if (p.kv_released) s->carry = s->history;
+      if (p.kv_released) {
+        s->recompute = static_cast<int32_t>(s->history.size() - (s->carry.size() - s->recompute));
+        s->carry = s->history;
+      }
       s->idle_since = Clock::now();
       finished = std::move(s->turn);
       s->sink = nullptr;
@@ -787,6 +844,7 @@ void Scheduler::FinishStep(const Picked& p, StepOutput out) {
   {
     absl::MutexLock lock(&mu_);
     s->running = false;
+    ++wake_gen_;  // the step freed blocks, or the session steps again
     if (s->closing) {
       dropped = TakeClosedLocked(s);
     } else {

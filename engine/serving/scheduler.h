@@ -45,16 +45,24 @@
 // - Paged KV (ServingModel::kv_blocks): a turn whose input needs more blocks
 //   than the pool has is refused (RESOURCE_EXHAUSTED). A prompt's first
 //   prefill span maps the blocks of its whole prompt; when the pool cannot
-//   give them, the blocks of idle sessions are taken back, least recently
-//   used first (preemption: such a session's next turn prefills its whole
-//   context again, the tokens it keeps as carry), and if that is not
-//   enough the prompt waits in the queue, and prompts behind it too (first
-//   come, first served). When a step's decode rows need blocks and none is
-//   free, even after that, the newest of their turns ends RESOURCE_EXHAUSTED
-//   (its tokens so far stand) and its session's blocks go back at once (its
-//   next turn recomputes its context), until the older rows have theirs; no
-//   running turn's blocks are ever written by another. A turn's blocks past
-//   its context go back when it ends.
+//   give them, blocks are taken back (preemption) from idle sessions, least
+//   recently used first, then from sessions whose queued turn has not
+//   started, newest turn first; such a session's next (or queued) turn
+//   prefills its cached context again, as context: penalties, prompt
+//   logprobs and Usage::cached_tokens see the same turn input as without
+//   the preemption. Nothing is taken back unless that makes room. If the
+//   prompt still does not fit it waits in the queue, and new prompts behind
+//   it too (first come, first served); prompts whose blocks are mapped
+//   already, and decode rows, go on past it, and the worker sleeps while
+//   nothing can step until a step ends or a session is queued or goes. When
+//   a step's decode rows need blocks and none is free, even after that, the
+//   newest of their turns ends RESOURCE_EXHAUSTED (its tokens so far stand)
+//   and its session's blocks go back at once (its next turn recomputes its
+//   context), until the older rows have theirs; no running turn's blocks are
+//   ever written by another. A turn's blocks past its context go back when
+//   it ends. Without mixed steps (max_step_tokens == 0) nothing is taken
+//   back: a prefill or decode step the pool refuses ends its turn
+//   RESOURCE_EXHAUSTED.
 //
 // Each worker owns one Executor (made by `make_executor` on its own thread).
 // Sink calls and release callbacks happen with no scheduler lock held.
@@ -231,6 +239,10 @@ class Scheduler {
   int64_t kv_preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t kv_exhausted_turns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t turns_started_ ABSL_GUARDED_BY(mu_) = 0;
+  // Counts changes that may let a queued session step; a worker whose pick
+  // found nothing to step records it in stalled_gen_ and waits for the next.
+  uint64_t wake_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stalled_gen_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 

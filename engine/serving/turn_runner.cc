@@ -36,19 +36,28 @@ bool AllFinite(absl::Span<const float> values) {
 }
 
 TurnRunner::TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector<int32_t> carry,
-                       int32_t context_tokens, Clock::time_point accepted)
+                       int32_t context_tokens, Clock::time_point accepted, int32_t recompute)
     : model_(model),
       turn_(std::move(turn)),
       prefill_(std::move(carry)),
       carry_size_(prefill_.size()),
+      recompute_(std::min(static_cast<size_t>(std::max(recompute, 0)), prefill_.size())),
       context_at_start_(context_tokens),
       sampler_(turn_.sampling, model.vocab_size()),
       stop_matcher_(turn_.stopping.stop_sequences),
       text_(model.NewTextDecoder()),
       accepted_(accepted) {
   prefill_.insert(prefill_.end(), turn_.prompt.begin(), turn_.prompt.end());
-  // Penalties see the whole turn: its prompt now, its generated tokens as sampled.
-  for (int32_t id : prefill_) sampler_.Accept(id);
+  // Penalties see the whole turn: its prompt now, its generated tokens as
+  // sampled; recomputed context is not the turn's (as when it was cached).
+  for (size_t i = recompute_; i < prefill_.size(); ++i) sampler_.Accept(prefill_[i]);
+}
+
+void TurnRunner::PrependRecompute(absl::Span<const int32_t> tokens) {
+  if (prefill_pos_ != 0 || first_step_) return;  // only before the first step
+  prefill_.insert(prefill_.begin(), tokens.begin(), tokens.end());
+  carry_size_ += tokens.size();
+  recompute_ += tokens.size();
 }
 
 StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk) {
@@ -105,6 +114,7 @@ StepOutput TurnRunner::FinishPrefill(int32_t n, absl::StatusOr<absl::Span<const 
     for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
       const size_t next = chunk_start + i + 1;
       if (next >= prefill_.size()) break;
+      if (next <= recompute_) continue;  // predicts recomputed context: not the turn's input
       prompt_logprobs_.push_back(LogSoftmaxAt(logits->subspan(i * vocab, vocab), prefill_[next]));
     }
   }
@@ -236,7 +246,7 @@ TurnEnd TurnRunner::MakeEnd(FinishReason reason) {
   end.reason = reason;
   end.usage.prompt_tokens = static_cast<int32_t>(turn_.prompt.size());
   end.usage.generated_tokens = generated_;
-  end.usage.cached_tokens = context_at_start_;
+  end.usage.cached_tokens = context_at_start_ - static_cast<int32_t>(recompute_);
   end.usage.prefilled_tokens = static_cast<int32_t>(prefill_pos_);
   end.usage.context_tokens = context_at_start_ + PromptTokensFed() + generated_;
   const Clock::time_point now = Clock::now();

@@ -63,11 +63,16 @@ struct StepOutput {
 
 class TurnRunner {
  public:
-  // `carry`: tokens sampled by earlier turns and not yet in the KV cache;
-  // they are prefilled first. `context_tokens`: the session's context when
-  // the turn begins (KV cache + carry). `turn.prompt` is final (BOS placed).
+  // `carry`: tokens of the context not yet in the KV cache; they are
+  // prefilled first. Its first `recompute` tokens are context whose KV blocks
+  // were given back (a preemption, Scheduler): they are computed again but
+  // are not this turn's input, so penalties do not see them, they give no
+  // prompt logprobs, and Usage::cached_tokens does not count them. The rest
+  // were sampled by earlier turns and never fed. `context_tokens`: the
+  // session's context when the turn begins (KV cache + carry). `turn.prompt`
+  // is final (BOS placed).
   TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector<int32_t> carry,
-             int32_t context_tokens, Clock::time_point accepted);
+             int32_t context_tokens, Clock::time_point accepted, int32_t recompute = 0);
   TurnRunner(const TurnRunner&) = delete;
   TurnRunner& operator=(const TurnRunner&) = delete;
 
@@ -111,9 +116,19 @@ class TurnRunner {
   // goes out as TurnEnd::text.
   TurnEnd End(FinishReason reason);
 
+  // Before the turn's first step: the KV cache's `tokens` (its whole
+  // context, in order) were given back; they become recomputed carry, ahead
+  // of the carry the turn was given (see the constructor's `recompute`).
+  void PrependRecompute(absl::Span<const int32_t> tokens);
+
   // Tokens of the context not in the KV cache once the turn has ended: the
   // last sampled token, or the carry this turn was given if it never fed it.
   std::vector<int32_t> TakeCarry();
+  // How many leading tokens of what TakeCarry returns (call it first) are
+  // recomputed context that was never fed.
+  int32_t UnfedRecompute() const {
+    return prefill_pos_ < recompute_ ? static_cast<int32_t>(recompute_ - prefill_pos_) : 0;
+  }
 
   // Appends the tokens this turn put into the context (its prompt tokens
   // that were fed, then every sampled token, the unfed last one included) to
@@ -138,6 +153,7 @@ class TurnRunner {
   PreparedTurn turn_;
   std::vector<int32_t> prefill_;  // carry + prompt
   size_t carry_size_ = 0;
+  size_t recompute_ = 0;  // leading carry tokens that are recomputed context
   size_t prefill_pos_ = 0;
   int32_t context_at_start_ = 0;
   Sampler sampler_;

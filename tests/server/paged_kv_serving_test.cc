@@ -9,7 +9,14 @@
 //     (preemption), and its next turn recomputes its context and continues
 //     with the tokens it would have given without the preemption.
 //   - A turn whose input needs more blocks than the pool has is refused.
+//   - No deadlock where a prompt waits for blocks: a prompt whose blocks are
+//     mapped goes on past it, and a queued turn that has not started gives
+//     its session's blocks up; while nothing can step the worker sleeps
+//     (no busy-wait), and wakes when blocks come back.
+//   - After a preemption, penalties and Usage::cached_tokens see the same
+//     turn input as without it.
 // Runs under ASan+UBSan in CI too.
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,8 +37,38 @@ constexpr int32_t kBlock = 4;
 class Sink final : public TurnSink {
  public:
   void OnToken(const TokenEvent& e) override {
+    Engine* ack = nullptr;
+    SessionId session = 0;
+    {
+      absl::MutexLock l(&mu_);
+      ids_.push_back(e.id);
+      entered_ = true;
+      // Holds the worker (which emits) until Unblock: the test arranges the
+      // queue meanwhile.
+      mu_.Await(absl::Condition(+[](bool* b) { return !*b; }, &block_));
+      ack = ack_;
+      session = session_;
+    }
+    if (ack != nullptr) ack->EventsConsumed(session, 1);
+  }
+  // The next OnToken blocks until Unblock.
+  void BlockNextToken() {
     absl::MutexLock l(&mu_);
-    ids_.push_back(e.id);
+    block_ = true;
+  }
+  bool WaitEntered() {
+    absl::MutexLock l(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&entered_), absl::Seconds(60));
+  }
+  void Unblock() {
+    absl::MutexLock l(&mu_);
+    block_ = false;
+  }
+  // Every later token is acknowledged (Engine::EventsConsumed) as it comes.
+  void AckTokens(Engine* engine, SessionId session) {
+    absl::MutexLock l(&mu_);
+    ack_ = engine;
+    session_ = session;
   }
   void OnTurnEnd(const TurnEnd& end) override {
     absl::MutexLock l(&mu_);
@@ -56,6 +93,10 @@ class Sink final : public TurnSink {
   std::vector<int32_t> ids_;
   TurnEnd end_;
   bool done_ = false;
+  bool entered_ = false;
+  bool block_ = false;
+  Engine* ack_ = nullptr;
+  SessionId session_ = 0;
 };
 
 TurnRequest Tokens(std::vector<int32_t> ids, int32_t max_new_tokens) {
@@ -75,17 +116,18 @@ std::vector<int32_t> Prompt(int n, int32_t seed) {
 }
 
 // An engine whose pool holds `blocks` blocks (0: every session's full context).
-std::unique_ptr<Engine> MakeEngine(int32_t blocks, int max_sessions) {
+std::unique_ptr<Engine> MakeEngine(int32_t blocks, int max_sessions, int32_t max_step_tokens = 32,
+                                   int max_unconsumed_events = 1 << 20) {
   EngineOptions o;
   o.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
   o.workers = 1;
   o.threads_per_worker = 2;
   o.max_sessions = max_sessions;
   o.max_batch = 8;
-  o.max_step_tokens = 32;
+  o.max_step_tokens = max_step_tokens;
   o.context_length = kContext;
   o.kv_block_tokens = kBlock;
-  o.max_unconsumed_events = 1 << 20;  // no backpressure: the sinks never acknowledge
+  o.max_unconsumed_events = max_unconsumed_events;  // default: no backpressure (sinks do not acknowledge)
   o.kv_budget_bytes = 0;
   if (blocks > 0) {
     auto probe = Engine::Create(o);
@@ -176,9 +218,16 @@ TEST(PagedKvServingTest, AnIdleSessionsBlocksServeAnotherPromptAndItsNextTurnRec
   std::unique_ptr<Engine> small = MakeEngine(kContext / kBlock, 2);
   ASSERT_NE(roomy, nullptr);
   ASSERT_NE(small, nullptr);
-  const TurnRequest a1 = Tokens(Prompt(30, 1), 10), a2 = Tokens(Prompt(6, 2), 8), b1 = Tokens(Prompt(30, 3), 4);
+  const TurnRequest a1 = Tokens(Prompt(30, 1), 10), b1 = Tokens(Prompt(30, 3), 4);
+  // Penalties count the turn's input and output, not the context before it:
+  // recomputed context must not reach them.
+  TurnRequest a2 = Tokens(Prompt(6, 2), 8);
+  a2.sampling.repetition_penalty = 1.5f;
+  a2.sampling.presence_penalty = 1.0f;
+  a2.sampling.frequency_penalty = 1.0f;
   // A's two turns without preemption.
   std::vector<int32_t> want_a1, want_a2;
+  TurnEnd roomy_a2;
   {
     auto id = roomy->OpenSession();
     ASSERT_TRUE(id.ok());
@@ -189,6 +238,7 @@ TEST(PagedKvServingTest, AnIdleSessionsBlocksServeAnotherPromptAndItsNextTurnRec
     ASSERT_TRUE(s2.Wait());
     want_a1 = s1.ids();
     want_a2 = s2.ids();
+    roomy_a2 = s2.end();
     CloseAndWait(*roomy, *id);
   }
   auto a = small->OpenSession();
@@ -212,6 +262,11 @@ TEST(PagedKvServingTest, AnIdleSessionsBlocksServeAnotherPromptAndItsNextTurnRec
   EXPECT_EQ(sa2.end().reason, FinishReason::kLength) << sa2.end().error;
   EXPECT_EQ(sa2.ids(), want_a2);
   EXPECT_EQ(sa2.end().usage.prefilled_tokens, sa1.end().usage.context_tokens + 6);
+  // The recomputed tokens are not cached ones: what the roomy pool reused,
+  // the small one computed.
+  EXPECT_EQ(roomy_a2.usage.cached_tokens - sa2.end().usage.cached_tokens,
+            sa2.end().usage.prefilled_tokens - roomy_a2.usage.prefilled_tokens);
+  EXPECT_EQ(sa2.end().usage.prompt_tokens, roomy_a2.usage.prompt_tokens);
   CloseAndWait(*small, *a);
   CloseAndWait(*small, *b);
   EXPECT_EQ(small->Stats().kv_blocks_used, 0);
@@ -229,6 +284,129 @@ TEST(PagedKvServingTest, AnInputLargerThanThePoolIsRefused) {
   ASSERT_TRUE(small->SubmitTurn(*id, Tokens(Prompt(12, 1), 2), &fits).ok());
   ASSERT_TRUE(fits.Wait());
   EXPECT_EQ(fits.end().reason, FinishReason::kLength) << fits.end().error;
+}
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+TEST(PagedKvServingTest, APromptWaitingForBlocksLetsAMappedPromptFinish) {
+  // Pool of 16 blocks, steps of 10 tokens. W (4 + 2 tokens) holds the worker
+  // in its first token's event while X (48 tokens, 12 blocks) and then Y
+  // (24 tokens, 6 blocks) queue. X maps its 12 blocks at its first span; Y
+  // then waits in front of X, and the 2 free blocks plus W's 2 cannot make
+  // room: X must go on past Y (not wait behind it: that never ends), and Y
+  // runs once X's turn is over.
+  std::unique_ptr<Engine> roomy = MakeEngine(0, 3, 10);
+  std::unique_ptr<Engine> small = MakeEngine(kContext / kBlock, 3, 10);
+  ASSERT_NE(roomy, nullptr);
+  ASSERT_NE(small, nullptr);
+  const TurnRequest w1 = Tokens(Prompt(4, 7), 2), x1 = Tokens(Prompt(48, 8), 4), y1 = Tokens(Prompt(24, 9), 4);
+  auto w = small->OpenSession(), x = small->OpenSession(), y = small->OpenSession();
+  ASSERT_TRUE(w.ok() && x.ok() && y.ok());
+  Sink sw, sx, sy;
+  sw.BlockNextToken();
+  ASSERT_TRUE(small->SubmitTurn(*w, w1, &sw).ok());
+  ASSERT_TRUE(sw.WaitEntered());
+  ASSERT_TRUE(small->SubmitTurn(*x, x1, &sx).ok());
+  ASSERT_TRUE(small->SubmitTurn(*y, y1, &sy).ok());
+  sw.Unblock();
+  for (Sink* sink : {&sw, &sx, &sy}) ASSERT_TRUE(sink->Wait()) << "a turn never ended";
+  EXPECT_EQ(sx.end().reason, FinishReason::kLength) << sx.end().error;
+  EXPECT_EQ(sy.end().reason, FinishReason::kLength) << sy.end().error;
+  EXPECT_EQ(sw.ids(), Alone(*roomy, w1));
+  EXPECT_EQ(sx.ids(), Alone(*roomy, x1));
+  EXPECT_EQ(sy.ids(), Alone(*roomy, y1));
+  for (SessionId id : {*w, *x, *y}) CloseAndWait(*small, id);
+  EXPECT_EQ(small->Stats().kv_blocks_used, 0);
+}
+
+TEST(PagedKvServingTest, AQueuedTurnThatHasNotStartedGivesItsBlocksToAPromptAheadOfIt) {
+  // Pool of 16 blocks. U's first turn leaves 24 tokens cached (6 blocks).
+  // X (4 + 2 tokens) holds the worker in its first token's event while P
+  // (44 tokens, 11 blocks) and then U's second turn queue: P is ahead, and
+  // only U's blocks make room for it (8 free, 2 of X's). U's turn, waiting
+  // behind P, must give them up (or neither ever runs) and recompute its
+  // context once P is done, with the tokens it gives without preemption.
+  std::unique_ptr<Engine> roomy = MakeEngine(0, 3);
+  std::unique_ptr<Engine> small = MakeEngine(kContext / kBlock, 3);
+  ASSERT_NE(roomy, nullptr);
+  ASSERT_NE(small, nullptr);
+  const TurnRequest u1 = Tokens(Prompt(20, 11), 4), u2 = Tokens(Prompt(4, 12), 4);
+  const TurnRequest x1 = Tokens(Prompt(4, 13), 2), p1 = Tokens(Prompt(44, 14), 4);
+  std::vector<int32_t> want_u2;
+  {
+    auto id = roomy->OpenSession();
+    ASSERT_TRUE(id.ok());
+    Sink s1, s2;
+    ASSERT_TRUE(roomy->SubmitTurn(*id, u1, &s1).ok());
+    ASSERT_TRUE(s1.Wait());
+    ASSERT_TRUE(roomy->SubmitTurn(*id, u2, &s2).ok());
+    ASSERT_TRUE(s2.Wait());
+    want_u2 = s2.ids();
+    CloseAndWait(*roomy, *id);
+  }
+  auto u = small->OpenSession(), x = small->OpenSession(), p = small->OpenSession();
+  ASSERT_TRUE(u.ok() && x.ok() && p.ok());
+  Sink su1, su2, sx, sp;
+  ASSERT_TRUE(small->SubmitTurn(*u, u1, &su1).ok());
+  ASSERT_TRUE(su1.Wait());
+  EXPECT_EQ(small->Stats().kv_blocks_used, 6);
+  sx.BlockNextToken();
+  ASSERT_TRUE(small->SubmitTurn(*x, x1, &sx).ok());
+  ASSERT_TRUE(sx.WaitEntered());
+  ASSERT_TRUE(small->SubmitTurn(*p, p1, &sp).ok());
+  ASSERT_TRUE(small->SubmitTurn(*u, u2, &su2).ok());
+  EXPECT_EQ(small->Stats().turns_waiting, 2);
+  sx.Unblock();
+  for (Sink* sink : {&sx, &sp, &su2}) ASSERT_TRUE(sink->Wait()) << "a turn never ended";
+  EXPECT_EQ(sp.end().reason, FinishReason::kLength) << sp.end().error;
+  EXPECT_EQ(su2.end().reason, FinishReason::kLength) << su2.end().error;
+  EXPECT_EQ(sp.ids(), Alone(*roomy, p1));
+  EXPECT_EQ(su2.ids(), want_u2);
+  EXPECT_EQ(sx.ids(), Alone(*roomy, x1));
+  EXPECT_GE(small->Stats().kv_preemptions, 1);
+  for (SessionId id : {*u, *x, *p}) CloseAndWait(*small, id);
+  EXPECT_EQ(small->Stats().kv_blocks_used, 0);
+}
+
+TEST(PagedKvServingTest, APromptWaitingForBlocksDoesNotSpinTheWorker) {
+  // One event of credit per session. X (40 tokens, 10 blocks) streams its
+  // first token and waits for its client, holding its blocks; Y (28 tokens,
+  // 7 blocks) cannot get 7 of the 6 free ones and nothing can be taken
+  // back, so no session can step. The worker must sleep, not poll, and Y
+  // must run once X's client reads on and X's turn ends.
+  std::unique_ptr<Engine> roomy = MakeEngine(0, 2);
+  std::unique_ptr<Engine> small = MakeEngine(kContext / kBlock, 2, 32, 1);
+  ASSERT_NE(roomy, nullptr);
+  ASSERT_NE(small, nullptr);
+  const TurnRequest x1 = Tokens(Prompt(40, 21), 8), y1 = Tokens(Prompt(28, 22), 4);
+  auto x = small->OpenSession(), y = small->OpenSession();
+  ASSERT_TRUE(x.ok() && y.ok());
+  Sink sx, sy;
+  sy.AckTokens(small.get(), *y);
+  ASSERT_TRUE(small->SubmitTurn(*x, x1, &sx).ok());
+  ASSERT_TRUE(sx.WaitEntered());
+  ASSERT_TRUE(small->SubmitTurn(*y, y1, &sy).ok());
+  absl::SleepFor(absl::Milliseconds(200));  // Y's pick found nothing to step
+  EXPECT_EQ(small->Stats().turns_waiting, 1);
+  const double cpu = ProcessCpuSeconds();
+  absl::SleepFor(absl::Seconds(1));
+  const double spent = ProcessCpuSeconds() - cpu;
+  EXPECT_LT(spent, 0.2) << "the process used " << spent << " s of CPU in 1 s while no session could step";
+  EXPECT_EQ(small->Stats().turns_waiting, 1);
+  sx.AckTokens(small.get(), *x);
+  small->EventsConsumed(*x, 1);
+  ASSERT_TRUE(sx.Wait());
+  ASSERT_TRUE(sy.Wait());
+  EXPECT_EQ(sx.end().reason, FinishReason::kLength) << sx.end().error;
+  EXPECT_EQ(sy.end().reason, FinishReason::kLength) << sy.end().error;
+  EXPECT_EQ(sx.ids(), Alone(*roomy, x1));
+  EXPECT_EQ(sy.ids(), Alone(*roomy, y1));
+  for (SessionId id : {*x, *y}) CloseAndWait(*small, id);
+  EXPECT_EQ(small->Stats().kv_blocks_used, 0);
 }
 
 }  // namespace
