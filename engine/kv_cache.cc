@@ -105,6 +105,20 @@ absl::Status KvCache::CheckWrite(int32_t n_tokens) const {
   return absl::OkStatus();
 }
 
+absl::Status KvCache::Adopt(absl::Span<const int32_t> blocks) {
+  const int64_t len = static_cast<int64_t>(blocks.size()) * block_tokens();
+  if (!paged_ || cached_len_ != 0 || !blocks_.empty() || len > capacity_) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot map ", blocks.size(), " cached blocks into a KV cache ",
+                                                      "of ", cached_len_, " tokens and ", held_blocks(), " blocks"));
+  }
+  blocks_.assign(blocks.begin(), blocks.end());
+  std::copy(blocks_.begin(), blocks_.end(), table_.begin());
+  UploadTable(0, held_blocks());
+  counters::AddKvBytes(held_blocks() * pool_->block_bytes());
+  cached_len_ = static_cast<int32_t>(len);
+  return absl::OkStatus();
+}
+
 void KvCache::Truncate(int32_t len) {
   if (len < 0 || len > cached_len_) return;
   cached_len_ = len;

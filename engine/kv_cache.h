@@ -94,6 +94,19 @@ class KvCache {
   // blocks Reserve mapped that no step used).
   void Truncate(int32_t len);
 
+  // Paged: the pool block holding positions [i * block_tokens(), ...) for
+  // i < held_blocks(); -1 otherwise (and for a contiguous cache).
+  int32_t block(int32_t i) const {
+    return paged_ && i >= 0 && i < held_blocks() ? blocks_[static_cast<size_t>(i)] : -1;
+  }
+  // Paged, holding nothing: maps `blocks` (full ones whose references the
+  // caller took, KvPool::LookupPrefix) as its first blocks, so cached_len()
+  // becomes blocks.size() * block_tokens(). FAILED_PRECONDITION otherwise,
+  // or past capacity(); nothing changes then (the references stay the
+  // caller's).
+  absl::Status Adopt(absl::Span<const int32_t> blocks);
+  KvPool& pool() const { return *pool_; }
+
  private:
   KvCache() = default;
   // Copies table entries [begin, end) to the device's table.

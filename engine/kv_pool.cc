@@ -1,5 +1,7 @@
 #include "engine/kv_pool.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace decoded {
@@ -53,6 +55,9 @@ absl::StatusOr<std::shared_ptr<KvPool>> KvPool::Create(Backend& backend, int32_t
   absl::MutexLock lock(&pool->mu_);
   pool->refs_.assign(static_cast<size_t>(n_blocks), 0);
   pool->used_since_trim_.assign(static_cast<size_t>(n_blocks), 0);
+  pool->key_of_.assign(static_cast<size_t>(n_blocks), 0);
+  pool->registered_.assign(static_cast<size_t>(n_blocks), 0);
+  pool->cached_free_at_.assign(static_cast<size_t>(n_blocks), {});
   pool->free_.reserve(static_cast<size_t>(n_blocks));
   for (int32_t b = n_blocks - 1; b >= 0; --b) pool->free_.push_back(b);
   return pool;
@@ -67,24 +72,37 @@ int64_t KvPool::block_bytes() const {
 
 int32_t KvPool::free_blocks() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int32_t>(free_.size()) + trimming_;
+  return static_cast<int32_t>(free_.size() + cached_free_.size()) + trimming_;
+}
+
+int32_t KvPool::cached_free_blocks() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int32_t>(cached_free_.size());
 }
 
 absl::Status KvPool::Take(int32_t n, std::vector<int32_t>* out) {
   absl::MutexLock lock(&mu_);
-  const size_t free = free_.size() + static_cast<size_t>(trimming_);
+  const size_t free = free_.size() + cached_free_.size() + static_cast<size_t>(trimming_);
   if (n < 0 || static_cast<size_t>(n) > free) {
     return absl::ResourceExhaustedError(absl::StrCat("the KV pool has ", free, " free blocks of ", n_blocks_, " (",
                                                      block_tokens_, " tokens each); ", n, " more are needed"));
   }
-  if (static_cast<size_t>(n) > free_.size()) {
+  if (static_cast<size_t>(n) > free_.size() + cached_free_.size()) {
     // Some of them are being discarded: they are free again within the Trim.
     auto trimmed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return trimming_ == 0; };
     mu_.Await(absl::Condition(&trimmed));
   }
   for (int32_t i = 0; i < n; ++i) {
-    const int32_t b = free_.back();
-    free_.pop_back();
+    int32_t b;
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    } else {
+      // Evict the least recently used cached prefix block.
+      b = cached_free_.front();
+      cached_free_.pop_front();
+      UnregisterLocked(b);
+    }
     refs_[static_cast<size_t>(b)] = 1;
     used_since_trim_[static_cast<size_t>(b)] = 1;
     out->push_back(b);
@@ -96,7 +114,12 @@ void KvPool::Give(absl::Span<const int32_t> blocks) {
   absl::MutexLock lock(&mu_);
   for (const int32_t b : blocks) {
     if (b < 0 || b >= n_blocks_ || refs_[static_cast<size_t>(b)] == 0) continue;  // not ours: a caller bug
-    if (--refs_[static_cast<size_t>(b)] == 0) free_.push_back(b);
+    if (--refs_[static_cast<size_t>(b)] != 0) continue;
+    if (registered_[static_cast<size_t>(b)] != 0) {
+      cached_free_at_[static_cast<size_t>(b)] = cached_free_.insert(cached_free_.end(), b);
+    } else {
+      free_.push_back(b);
+    }
   }
 }
 
@@ -132,6 +155,77 @@ void KvPool::Trim() {
   // At the bottom of the stack: warm blocks given back later go out first.
   free_.insert(free_.begin(), discard.rbegin(), discard.rend());
   trimming_ = 0;
+}
+
+uint64_t KvPool::ChainKey(uint64_t parent, absl::Span<const int32_t> tokens) {
+  // FNV-1a over the parent key's and the tokens' bytes, then a final mix
+  // (splitmix64). 0 is kept for "no parent".
+  uint64_t h = 1469598103934665603ull;
+  auto mix_in = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix_in(parent);
+  for (const int32_t t : tokens) mix_in(static_cast<uint32_t>(t));
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h == 0 ? 1 : h;
+}
+
+void KvPool::UnregisterLocked(int32_t b) {
+  const size_t i = static_cast<size_t>(b);
+  if (registered_[i] == 0) return;
+  entries_.erase(key_of_[i]);
+  registered_[i] = 0;
+  key_of_[i] = 0;
+}
+
+void KvPool::LookupPrefix(absl::Span<const int32_t> tokens, std::vector<PrefixBlock>* out) {
+  absl::MutexLock lock(&mu_);
+  const size_t bt = static_cast<size_t>(block_tokens_);
+  PrefixBlock parent;
+  for (size_t start = 0; start + bt <= tokens.size(); start += bt) {
+    const absl::Span<const int32_t> block_tokens = tokens.subspan(start, bt);
+    const uint64_t key = ChainKey(parent.key, block_tokens);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return;
+    const Entry& e = it->second;
+    if (e.parent_id != parent.entry || !std::equal(e.tokens.begin(), e.tokens.end(), block_tokens.begin())) return;
+    const size_t b = static_cast<size_t>(e.block);
+    if (refs_[b]++ == 0) cached_free_.erase(cached_free_at_[b]);
+    parent = PrefixBlock{e.block, e.id, key};
+    out->push_back(parent);
+  }
+}
+
+KvPool::PrefixBlock KvPool::RegisterPrefix(int32_t block, const PrefixBlock& parent, absl::Span<const int32_t> tokens) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t key = ChainKey(parent.key, tokens);
+  if (block < 0 || block >= n_blocks_ || static_cast<size_t>(block_tokens_) != tokens.size()) return PrefixBlock{};
+  const size_t b = static_cast<size_t>(block);
+  if (registered_[b] != 0) {
+    const Entry& e = entries_.at(key_of_[b]);
+    return PrefixBlock{block, e.id, key_of_[b]};
+  }
+  auto [it, inserted] = entries_.try_emplace(key);
+  Entry& e = it->second;
+  if (!inserted) {
+    if (e.parent_id == parent.entry && std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) {
+      return PrefixBlock{e.block, e.id, key};  // the same prefix, computed by another cache first
+    }
+    // A key collision: the block stays unregistered; an entry id that no
+    // entry has keeps its chain's later blocks from matching another's.
+    return PrefixBlock{block, next_entry_id_++, key};
+  }
+  e = Entry{block, next_entry_id_++, parent.entry, std::vector<int32_t>(tokens.begin(), tokens.end())};
+  registered_[b] = 1;
+  key_of_[b] = key;
+  return PrefixBlock{block, e.id, key};
 }
 
 uint64_t KvPool::k_address(int32_t layer) const { return k_[static_cast<size_t>(layer)]->device_address(); }

@@ -14,16 +14,31 @@
 // Give drops one, and a block is free again when none is left. (A block that
 // several caches read, a shared prefix, holds one reference per reader.)
 //
+// Prefix caching (vLLM's automatic prefix caching; SGLang's RadixAttention
+// keeps the same in a tree): a full block can be registered under the chain
+// of its tokens, key = hash(previous block's key, the block's tokens), and a
+// cache whose context starts with the same tokens maps the registered blocks
+// instead of computing them again (LookupPrefix), read-only: a cache writes
+// only past its length, and registered blocks lie wholly before it. A
+// registered block whose last reference goes stays registered, as a free
+// block that Take hands out last, least recently used first (evicting its
+// entry then). Lookups compare the tokens and the previous entry, not only
+// the hash, so a collision can never map another prefix's KV: each entry has
+// an id that is never reused, and a block's entry names its previous
+// block's entry.
+//
 // Thread-safe: caches of sessions on different workers take and give blocks
 // concurrently.
 #ifndef DECODED_ENGINE_KV_POOL_H_
 #define DECODED_ENGINE_KV_POOL_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -53,12 +68,17 @@ class KvPool {
   int64_t block_bytes() const;
   int64_t bytes() const { return block_bytes() * n_blocks_; }
 
-  // Blocks with no reference now (those a Trim is discarding included).
+  // Blocks with no reference now (those a Trim is discarding included, and
+  // registered ones no cache holds: cached_free_blocks()).
   int32_t free_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Free blocks that hold a registered prefix (evicted as Take needs them).
+  int32_t cached_free_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
   int32_t used_blocks() const { return n_blocks_ - free_blocks(); }
 
   // Appends `n` free blocks (one reference each) to *out, the most recently
-  // given back first (its memory is committed and likely in cache);
+  // given back unregistered ones first (their memory is committed and likely
+  // in cache), then registered ones least recently used first (their
+  // entries go);
   // RESOURCE_EXHAUSTED (with the numbers) and nothing taken when fewer are
   // free. Waits for a running Trim only when it needs the blocks it holds.
   absl::Status Take(int32_t n, std::vector<int32_t>* out) ABSL_LOCKS_EXCLUDED(mu_);
@@ -73,6 +93,29 @@ class KvPool {
   // those very blocks waits for them. Trimmed blocks go to the bottom of the
   // free stack (handed out last: their memory is cold). Calls serialize.
   void Trim() ABSL_LOCKS_EXCLUDED(mu_, trim_mu_);
+
+  // The key of a block of `tokens` (block_tokens() of them) after the block
+  // whose key is `parent` (0 before the first block).
+  static uint64_t ChainKey(uint64_t parent, absl::Span<const int32_t> tokens);
+  // One registered block of a chain: its pool block, entry id and key.
+  struct PrefixBlock {
+    int32_t block = -1;
+    uint64_t entry = 0;
+    uint64_t key = 0;
+  };
+  // The longest run of registered blocks that `tokens` (a context's tokens
+  // from position 0) starts with, at most tokens.size() / block_tokens()
+  // blocks, appended to *out in order with one reference each (the caller
+  // gives them back as any block).
+  void LookupPrefix(absl::Span<const int32_t> tokens, std::vector<PrefixBlock>* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Registers `block` (one the caller holds, its block_tokens() positions
+  // written from `tokens`) after the chain whose last block is `parent`
+  // (PrefixBlock{} for the first block). Returns the chain's new last
+  // block: `block`'s entry, or the entry of a block registered with the
+  // same tokens after the same parent before (then `block` stays
+  // unregistered, and is freed as any block).
+  PrefixBlock RegisterPrefix(int32_t block, const PrefixBlock& parent, absl::Span<const int32_t> tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The device address of layer `layer`'s K / V pool (0 for V when the
   // layout has no V slot): what the KV binding table holds.
@@ -100,6 +143,23 @@ class KvPool {
   // Per block: taken since it was last trimmed (its memory may be committed).
   std::vector<uint8_t> used_since_trim_ ABSL_GUARDED_BY(mu_);
   int32_t trimming_ ABSL_GUARDED_BY(mu_) = 0;  // free blocks a Trim holds aside
+
+  // The prefix index: key -> entry; per block its key while registered.
+  struct Entry {
+    int32_t block;
+    uint64_t id;
+    uint64_t parent_id;  // 0: the first block of a chain
+    std::vector<int32_t> tokens;
+  };
+  absl::flat_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> key_of_ ABSL_GUARDED_BY(mu_);       // per block; 0: not registered
+  std::vector<uint8_t> registered_ ABSL_GUARDED_BY(mu_);    // per block
+  uint64_t next_entry_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Registered blocks without a reference, least recently used first.
+  std::list<int32_t> cached_free_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::list<int32_t>::iterator> cached_free_at_ ABSL_GUARDED_BY(mu_);  // per block, if in it
+  // Unregisters `b` (its entry goes).
+  void UnregisterLocked(int32_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace decoded

@@ -42,6 +42,8 @@ class ContextImpl final : public DecodeContext {
   int64_t kv_bytes() const override { return kv_->bytes(); }
   absl::Status ReserveKv(int32_t n_tokens) override { return kv_->Reserve(n_tokens); }
   int32_t kv_blocks() const override { return kv_->held_blocks(); }
+  int32_t kv_block(int32_t i) const override { return kv_->block(i); }
+  absl::Status AdoptKvBlocks(absl::Span<const int32_t> blocks) override { return kv_->Adopt(blocks); }
   int64_t bound_nodes() const override { return session_.bound_nodes; }
 
   const ModelImpl* model() const { return model_.get(); }

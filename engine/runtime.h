@@ -148,6 +148,14 @@ class DecodeContext {
   virtual absl::Status ReserveKv(int32_t n_tokens) = 0;
   // KV blocks this context holds (1 for a contiguous cache).
   virtual int32_t kv_blocks() const = 0;
+  // Paged KV: the pool block holding positions [i * block_tokens, ...) (-1
+  // past kv_blocks() or for a contiguous cache), and KvCache::Adopt (cached
+  // prefix blocks mapped into an empty context: FAILED_PRECONDITION
+  // otherwise).
+  virtual int32_t kv_block(int32_t i) const { return -1; }
+  virtual absl::Status AdoptKvBlocks(absl::Span<const int32_t> blocks) {
+    return absl::FailedPreconditionError("this context has no paged KV cache");
+  }
   // Data-node bindings the held plan keeps (0 before the first Decode).
   virtual int64_t bound_nodes() const = 0;
 };
