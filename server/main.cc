@@ -219,6 +219,10 @@ ABSL_FLAG(int64_t, kv_budget_mb, -1,
 ABSL_FLAG(int, kv_block_tokens, 16,
           "paged KV: token positions per block of the shared KV pool; a session holds the blocks its length "
           "needs (0: each session reserves a contiguous cache of --context_length at open; <= 1024)");
+ABSL_FLAG(bool, prefix_cache, true,
+          "paged KV: keep full KV blocks under the hash of their tokens after sessions let go of them, so a prompt "
+          "that starts with the same tokens (a shared system prompt, a resent conversation) maps them instead of "
+          "prefilling them again; evicted least recently used first when blocks are needed");
 ABSL_FLAG(std::string, chat_template, "",
           "file with a Jinja chat template that replaces the model file's tokenizer.chat_template (for models "
           "without one, e.g. a base model); empty: the file's own");
@@ -381,6 +385,7 @@ int main(int argc, char** argv) {
   if (kv_budget_mb < -1) return bad_flags("--kv_budget_mb must be >= -1 (-1: from the memory there is; 0: no limit)");
   engine_options.kv_budget_bytes = kv_budget_mb < 0 ? -1 : kv_budget_mb * (int64_t{1} << 20);
   engine_options.kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
+  engine_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   // The device before anything listens: a device that does not exist is a
   // flag that cannot hold.
   decoded::DeviceOptions device_options;

@@ -90,9 +90,19 @@ class EngineCollectable final : public prometheus::Collectable {
         OneValue("decoded_kv_block_tokens", "Token positions per KV block (--kv_block_tokens).", MetricType::Gauge,
                  s.kv_block_tokens),
         OneValue("decoded_kv_preemptions_total",
-                 "Idle sessions whose KV blocks were taken back for other sessions' prompts (their next turn "
-                 "prefills their context again).",
+                 "Sessions (idle, or with a queued turn not yet started) whose KV blocks were taken back for other "
+                 "sessions' prompts (their next turn prefills their context again).",
                  MetricType::Counter, s.kv_preemptions),
+        OneValue("decoded_kv_blocks_cached",
+                 "Free KV blocks that hold a cached prefix (reused by a prompt that starts with it, else evicted "
+                 "least recently used first when blocks are needed).",
+                 MetricType::Gauge, s.kv_blocks_cached),
+        OneValue("decoded_prefix_cache_queried_tokens_total",
+                 "Prompt tokens (with any context a session recomputes) looked up in the prefix cache.",
+                 MetricType::Counter, s.prefix_cache_queried_tokens),
+        OneValue("decoded_prefix_cache_hit_tokens_total",
+                 "Of those, tokens whose KV was found in the prefix cache and not computed again.",
+                 MetricType::Counter, s.prefix_cache_hit_tokens),
         OneValue("decoded_kv_exhausted_turns_total",
                  "Turns ended RESOURCE_EXHAUSTED because a decoding session needed a KV block and none was free.",
                  MetricType::Counter, s.kv_exhausted_turns),

@@ -61,7 +61,31 @@ class RealServingModel final : public ServingModel {
   }
   KvBlockCounts kv_blocks() const override {
     if (pool_ == nullptr) return {};
-    return KvBlockCounts{pool_->block_tokens(), pool_->n_blocks(), pool_->free_blocks()};
+    return KvBlockCounts{pool_->block_tokens(), pool_->n_blocks(), pool_->free_blocks(), pool_->cached_free_blocks()};
+  }
+  int32_t AdoptCachedPrefix(DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const override {
+    if (pool_ == nullptr) return 0;
+    PrefixChain found;
+    pool_->LookupPrefix(tokens, &found);
+    if (found.empty()) return 0;
+    std::vector<int32_t> blocks;
+    for (const KvPool::PrefixBlock& b : found) blocks.push_back(b.block);
+    if (!ctx.AdoptKvBlocks(blocks).ok()) {
+      pool_->Give(blocks);
+      return 0;
+    }
+    chain->insert(chain->end(), found.begin(), found.end());
+    return static_cast<int32_t>(found.size()) * pool_->block_tokens();
+  }
+  void CachePrefix(const DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const override {
+    if (pool_ == nullptr) return;
+    const size_t bt = static_cast<size_t>(pool_->block_tokens());
+    for (size_t start = 0; start + bt <= tokens.size(); start += bt) {
+      const int32_t block = ctx.kv_block(static_cast<int32_t>(chain->size()));
+      if (block < 0) return;
+      const KvPool::PrefixBlock parent = chain->empty() ? KvPool::PrefixBlock{} : chain->back();
+      chain->push_back(pool_->RegisterPrefix(block, parent, tokens.subspan(start, bt)));
+    }
   }
   const Model& model() const { return *model_; }
 
@@ -232,6 +256,7 @@ class EngineImpl final : public Engine {
     };
     so.max_batch = options.max_batch;
     so.max_step_tokens = options.max_step_tokens;
+    so.prefix_cache = options.prefix_cache;
     so.on_step = options.on_step;
     so.on_device_lost = options.on_device_lost;
     scheduler_ = std::make_unique<Scheduler>(model_.get(), std::move(so));

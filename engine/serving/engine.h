@@ -69,17 +69,24 @@ enum class FinishReason { kStopToken, kStopSequence, kLength, kCancelled, kConte
 // Token counts of one turn. A session's *context* is every token it has seen:
 // the tokens in its KV cache plus the last sampled token, which is fed to the
 // model at the start of the next turn. For every turn:
-//   context_tokens = cached_tokens + prompt tokens that entered the context + generated_tokens
+//   context_tokens = (context when the turn began) + prompt tokens that entered the context + generated_tokens
 // where every prompt token enters unless the turn was cut during prefill
-// (cancel, shutdown, error); and the next turn's cached_tokens is this turn's
-// context_tokens. So over a session's turns, sum(prompt_tokens +
+// (cancel, shutdown, error). cached_tokens is the first term, and so the next
+// turn's cached_tokens is this turn's context_tokens, unless KV was
+// recomputed after a preemption (less) or mapped from the prefix cache
+// (more: a session's first turn may have cached_tokens > 0). So over a session's turns, sum(prompt_tokens +
 // generated_tokens) == the last context_tokens when no prefill was cut.
 struct TurnUsage {
   int32_t prompt_tokens = 0;     // the turn's input tokens (a BOS the server added included)
   int32_t generated_tokens = 0;  // tokens sampled by this turn
-  int32_t cached_tokens = 0;     // context tokens when the turn began (reused, not recomputed)
+  // Tokens this turn did not compute because their KV was there: the
+  // context when the turn began (unless a preemption took its blocks back:
+  // then less what was computed again), plus those the prefix cache mapped.
+  int32_t cached_tokens = 0;
   // Tokens this turn ran through prefill: its prompt tokens that entered the
-  // context plus the previous turn's last sampled token, when there is one.
+  // context plus the previous turn's last sampled token, when there is one,
+  // plus any context it recomputed after a preemption, less those the
+  // prefix cache mapped.
   int32_t prefilled_tokens = 0;
   int32_t context_tokens = 0;    // context tokens when the turn ended (<= session capacity)
 };
@@ -196,6 +203,13 @@ struct EngineOptions {
   // of context_length at open (the budget then bounds those reservations).
   // 0..kMaxKvBlockTokens.
   int32_t kv_block_tokens = 16;
+  // Prefix caching across sessions (paged KV with mixed steps only): full
+  // KV blocks are kept under the chained hash of their tokens after their
+  // sessions let go of them, until the pool needs them (least recently used
+  // first), and a session whose context starts with cached blocks maps them
+  // instead of prefilling those tokens (TurnUsage::cached_tokens counts
+  // them). On the CPU a turn's logits are byte-identical with it on or off.
+  bool prefix_cache = true;
   // Backpressure: a session whose client has not consumed this many of its
   // token events (see Engine::EventsConsumed) is not stepped until it does,
   // so a client that stops reading costs no worker time and its server-side
@@ -289,6 +303,11 @@ struct EngineStats {
   // decoding session needed a block and none was free.
   int64_t kv_preemptions = 0;
   int64_t kv_exhausted_turns = 0;
+  // Prefix caching: free blocks holding a cached prefix (part of the free
+  // ones), and tokens of turns' prompts looked up in it and found there.
+  int64_t kv_blocks_cached = 0;
+  int64_t prefix_cache_queried_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
   // Sessions with a turn that is not stepped because the client has not
   // consumed max_unconsumed_events of its events.
   int64_t sessions_waiting_for_client = 0;

@@ -45,6 +45,8 @@ struct Scheduler::Session {
   // Leading carry tokens that are context whose KV blocks were given back
   // (preemption): the next turn computes them again as context, not input.
   int32_t recompute = 0;
+  // Prefix caching: its context's registered KV blocks, in order.
+  PrefixChain prefix;
   uint64_t turn_seq = 0;           // order its current turn started in (later: newer)
   bool closing = false;
   std::vector<absl::AnyInvocable<void()>> on_released;
@@ -251,9 +253,7 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
     // Forget the departing tail: KV rows past `keep` and carry tokens alike.
     const int32_t cached = s->ctx->cached_len();
     if (keep < cached) {
-      if (absl::Status rewound = s->ctx->Rewind(keep); !rewound.ok()) return rewound;
-      s->carry.clear();
-      s->recompute = 0;
+      if (absl::Status rewound = RewindLocked(s, keep); !rewound.ok()) return rewound;
     } else {
       s->carry.resize(keep - cached);
       s->recompute = std::min(s->recompute, keep - cached);
@@ -376,9 +376,12 @@ EngineStats Scheduler::Stats() const {
     stats.kv_blocks_total = pool.total;
     stats.kv_blocks_used = pool.total - pool.free;
     stats.kv_block_tokens = pool.block_tokens;
+    stats.kv_blocks_cached = pool.cached_free;
   }
   stats.kv_preemptions = kv_preemptions_;
   stats.kv_exhausted_turns = kv_exhausted_turns_;
+  stats.prefix_cache_queried_tokens = prefix_queried_tokens_;
+  stats.prefix_cache_hit_tokens = prefix_hit_tokens_;
   stats.turns_waiting = not_started_;
   const Clock::time_point now = Clock::now();
   for (const auto& [id, session] : sessions_) {
@@ -456,6 +459,7 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
     if (model_->kv_blocks().free >= need) break;
     const int32_t cached = victim->ctx->cached_len();
     if (!victim->ctx->Rewind(0).ok()) continue;
+    victim->prefix.clear();
     if (victim->turn == nullptr) {
       // Its whole context becomes carry: the next turn prefills it again.
       victim->recompute = static_cast<int32_t>(victim->history.size() - (victim->carry.size() - victim->recompute));
@@ -467,6 +471,34 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
     ++kv_preemptions_;
   }
   return s->ctx->ReserveKv(n_tokens);
+}
+
+absl::Status Scheduler::RewindLocked(Session* s, int32_t len) {
+  const int32_t bt = model_->kv_blocks().block_tokens;
+  int32_t to = len;
+  if (bt > 0 && len % bt != 0 && static_cast<size_t>(len / bt) < s->prefix.size()) to = len / bt * bt;
+  if (absl::Status rewound = s->ctx->Rewind(to); !rewound.ok()) return rewound;
+  if (bt > 0 && s->prefix.size() > static_cast<size_t>(to / bt)) s->prefix.resize(static_cast<size_t>(to / bt));
+  s->carry.assign(s->history.begin() + to, s->history.begin() + len);
+  s->recompute = len - to;
+  return absl::OkStatus();
+}
+
+void Scheduler::CacheFullBlocksLocked(Session* s, const TurnRunner& turn) {
+  const int32_t bt = model_->kv_blocks().block_tokens;
+  const size_t cached = static_cast<size_t>(s->ctx->cached_len());
+  const size_t full = cached / static_cast<size_t>(bt);
+  const size_t fed = turn.fed_tokens();
+  if (full <= s->prefix.size() || fed > cached) return;
+  // KV positions before `base` hold the context the turn began with; the
+  // rest are the turn's.
+  const size_t base = cached - fed;
+  if (base > s->history.size()) return;
+  std::vector<int32_t> tokens;
+  for (size_t pos = s->prefix.size() * static_cast<size_t>(bt); pos < full * static_cast<size_t>(bt); ++pos) {
+    tokens.push_back(pos < base ? s->history[pos] : turn.FedToken(pos - base));
+  }
+  model_->CachePrefix(*s->ctx, tokens, &s->prefix);
 }
 
 void Scheduler::ReserveDecodeRowsLocked(std::vector<Picked>& rows) {
@@ -490,6 +522,7 @@ void Scheduler::ReserveDecodeRowsLocked(std::vector<Picked>& rows) {
       // Its context becomes carry when its turn ends (FinishStep); its
       // blocks go back now, before this step runs.
       newest->kv_released = newest->session->ctx->Rewind(0).ok();
+      newest->session->prefix.clear();
       if (newest == &p) break;
       reserved = ReserveKvLocked(p.session, 1);
     }
@@ -558,10 +591,39 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
       if (const int32_t bt = model_->kv_blocks().block_tokens; bt > 0) {
         const int64_t blocks = (static_cast<int64_t>(s->ctx->cached_len()) + s->turn->PrefillRemaining() + bt - 1) / bt;
         const bool mapped = blocks <= s->ctx->kv_blocks();
-        if (!mapped && (kv_blocked || !ReserveKvLocked(*it, s->turn->PrefillRemaining()).ok())) {
-          kv_blocked = true;
+        if (!mapped && kv_blocked) {
           ++it;
           continue;
+        }
+        if (!mapped) {
+          Session* fresh = *it;
+          // Prefix caching: a context that starts empty maps the cached
+          // blocks its tokens start with (whole blocks, and one token
+          // short of the end, so the last is computed for its logits).
+          // Prompt logprobs need every row computed.
+          int32_t hit = 0;
+          const bool lookup = PrefixCaching() && !fresh->turn_started && fresh->ctx->cached_len() == 0 &&
+                              fresh->ctx->kv_blocks() == 0 && !all_rows;
+          if (lookup) {
+            const absl::Span<const int32_t> tokens = fresh->turn->prefill_tokens();
+            hit = model_->AdoptCachedPrefix(*fresh->ctx, tokens.first(tokens.size() - 1), &fresh->prefix);
+            if (hit > 0) fresh->turn->SkipCachedPrefill(hit);
+          }
+          if (!ReserveKvLocked(fresh, fresh->turn->PrefillRemaining()).ok()) {
+            if (hit > 0) {
+              // Waits without them (they stay cached): looked up again next time.
+              fresh->turn->SkipCachedPrefill(0);
+              fresh->ctx->Rewind(0).IgnoreError();
+              fresh->prefix.clear();
+            }
+            kv_blocked = true;
+            ++it;
+            continue;
+          }
+          if (lookup) {
+            prefix_queried_tokens_ += static_cast<int64_t>(fresh->turn->prefill_tokens().size());
+            prefix_hit_tokens_ += hit;
+          }
         }
       }
       int32_t n = std::min(left, s->turn->PrefillRemaining());
@@ -801,6 +863,7 @@ void Scheduler::FinishStep(const Picked& p, StepOutput out) {
     // Spent before the events go out: the client may consume them (and
     // give the credit back) before this worker is done emitting.
     s->credits -= static_cast<int>(out.tokens.size());
+    if (PrefixCaching() && !p.kv_released) CacheFullBlocksLocked(s, *turn);
     if (out.end) {
       if (out.nonfinite_logits) ++nonfinite_logits_turns_;
       s->recompute = turn->UnfedRecompute();

@@ -115,6 +115,8 @@ struct SchedulerOptions {
   // Token budget of a mixed step (see EngineOptions); 0: no mixed steps.
   // A value <= max_batch is raised to max_batch + 1.
   int32_t max_step_tokens = 0;
+  // Prefix caching (see EngineOptions); only with a KV pool and mixed steps.
+  bool prefix_cache = false;
   std::function<void(const StepInfo&)> on_step;  // may be empty
   std::function<void(const absl::Status&)> on_device_lost;  // see EngineOptions; may be empty
 };
@@ -218,6 +220,17 @@ class Scheduler {
   // pool runs dry the newest turn among `rows` gives its blocks up and ends
   // RESOURCE_EXHAUSTED (Picked::kv_refused, kv_released).
   void ReserveDecodeRowsLocked(std::vector<Picked>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prefix caching is on: a KV pool, mixed steps, the option.
+  bool PrefixCaching() const {
+    return options_.prefix_cache && MaxStepTokens() > 0 && model_->kv_blocks().block_tokens > 0;
+  }
+  // Rewinds `s`'s context to `len` (<= cached_len) and forgets the
+  // registered blocks past it. A registered block is read-only (other
+  // contexts may map it): a `len` inside one rewinds to its start, and the
+  // kept tokens of it become carry to recompute. OK or Rewind's error.
+  absl::Status RewindLocked(Session* s, int32_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers the full KV blocks of `s` that are not yet (prefix caching).
+  void CacheFullBlocksLocked(Session* s, const TurnRunner& turn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a closing session that no worker holds out of the map.
   std::unique_ptr<Session> TakeClosedLocked(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Destroys a session taken by TakeClosedLocked and runs its release
@@ -238,6 +251,8 @@ class Scheduler {
   int64_t nonfinite_logits_turns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t kv_preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t kv_exhausted_turns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefix_queried_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefix_hit_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t turns_started_ ABSL_GUARDED_BY(mu_) = 0;
   // Counts changes that may let a queued session step; a worker whose pick
   // found nothing to step records it in stalled_gen_ and waits for the next.

@@ -36,7 +36,13 @@ struct KvBlockCounts {
   int32_t block_tokens = 0;  // positions per block; 0: no pool
   int32_t total = 0;
   int32_t free = 0;
+  int32_t cached_free = 0;  // of the free ones, those holding a cached prefix
 };
+
+// Prefix caching: the registered blocks of a context's KV cache, in
+// position order (KvPool::PrefixBlock); the next full block registers after
+// the last.
+using PrefixChain = std::vector<KvPool::PrefixBlock>;
 
 // Thread-safe; shared by all workers.
 class ServingModel {
@@ -74,6 +80,16 @@ class ServingModel {
   // Gives the memory of KV blocks freed since the last call back
   // (KvPool::Trim); the scheduler's trimmer calls it after sessions go.
   virtual void TrimKv() const {}
+  // Prefix caching (KvPool::LookupPrefix): maps the longest run of cached
+  // blocks that `tokens` (a context's tokens from position 0) starts with
+  // into `ctx`, which must hold nothing, and appends them to *chain.
+  // Returns the tokens mapped (whole blocks); 0 without a pool.
+  virtual int32_t AdoptCachedPrefix(DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const {
+    return 0;
+  }
+  // Registers `ctx`'s full blocks from chain->size() on (KvPool::RegisterPrefix):
+  // `tokens` are their tokens, block_tokens of them per block, in order.
+  virtual void CachePrefix(const DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const {}
 };
 
 }  // namespace decoded::serving

@@ -60,6 +60,12 @@ void TurnRunner::PrependRecompute(absl::Span<const int32_t> tokens) {
   recompute_ += tokens.size();
 }
 
+void TurnRunner::SkipCachedPrefill(int32_t n) {
+  if (first_step_ || n < 0 || static_cast<size_t>(n) >= prefill_.size() || prefill_pos_ != cached_prefix_) return;
+  prefill_pos_ = static_cast<size_t>(n);
+  cached_prefix_ = static_cast<size_t>(n);
+}
+
 StepOutput TurnRunner::Step(DecodeContext& ctx, Executor& executor, int32_t max_prefill_chunk) {
   const Clock::time_point start = Clock::now();
   if (!first_step_) first_step_ = start;
@@ -246,8 +252,10 @@ TurnEnd TurnRunner::MakeEnd(FinishReason reason) {
   end.reason = reason;
   end.usage.prompt_tokens = static_cast<int32_t>(turn_.prompt.size());
   end.usage.generated_tokens = generated_;
-  end.usage.cached_tokens = context_at_start_ - static_cast<int32_t>(recompute_);
-  end.usage.prefilled_tokens = static_cast<int32_t>(prefill_pos_);
+  // Context it kept, and what the prefix cache gave of the rest (recomputed
+  // context included: it was not computed again).
+  end.usage.cached_tokens = context_at_start_ - static_cast<int32_t>(recompute_) + static_cast<int32_t>(cached_prefix_);
+  end.usage.prefilled_tokens = static_cast<int32_t>(prefill_pos_ - cached_prefix_);
   end.usage.context_tokens = context_at_start_ + PromptTokensFed() + generated_;
   const Clock::time_point now = Clock::now();
   end.timings.queue_ms = Millis((first_step_ ? *first_step_ : now) - accepted_);

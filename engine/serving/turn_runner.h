@@ -121,6 +121,22 @@ class TurnRunner {
   // of the carry the turn was given (see the constructor's `recompute`).
   void PrependRecompute(absl::Span<const int32_t> tokens);
 
+  // Prefix caching, before the turn's first step: what it prefills (carry,
+  // then prompt) from the context's first position on, when the context
+  // held nothing at its start; and the first `n` of them (< their number)
+  // are in the KV cache already, from cached blocks (0: undo). They count
+  // as Usage::cached_tokens; penalties saw them as input all the same.
+  absl::Span<const int32_t> prefill_tokens() const { return prefill_; }
+  void SkipCachedPrefill(int32_t n);
+  int32_t cached_prefix() const { return static_cast<int32_t>(cached_prefix_); }
+
+  // The tokens this turn has put into the KV cache (cached prefix, prefill,
+  // then the sampled ones fed back), and the i-th of them.
+  size_t fed_tokens() const { return prefill_pos_ + generated_ids_.size() - (unfed_ ? 1 : 0); }
+  int32_t FedToken(size_t i) const {
+    return i < prefill_pos_ ? prefill_[i] : generated_ids_[i - prefill_pos_];
+  }
+
   // Tokens of the context not in the KV cache once the turn has ended: the
   // last sampled token, or the carry this turn was given if it never fed it.
   std::vector<int32_t> TakeCarry();
@@ -154,6 +170,7 @@ class TurnRunner {
   std::vector<int32_t> prefill_;  // carry + prompt
   size_t carry_size_ = 0;
   size_t recompute_ = 0;  // leading carry tokens that are recomputed context
+  size_t cached_prefix_ = 0;  // leading prefill tokens mapped from cached blocks
   size_t prefill_pos_ = 0;
   int32_t context_at_start_ = 0;
   Sampler sampler_;

@@ -52,6 +52,10 @@ serving::EngineOptions EngineOptionsForTests() {
   eo.max_sessions = kMaxSessions;
   eo.max_queued = 16;
   eo.context_length = kContext;
+  // These tests time cancels into a prompt's prefill; a prompt another test
+  // sent before would come from the prefix cache and leave no prefill to
+  // cancel (prefix_cache_serving_test covers the cache).
+  eo.prefix_cache = false;
   return eo;
 }
 
