@@ -52,6 +52,12 @@ struct Scheduler::Session {
   std::vector<absl::AnyInvocable<void()>> on_released;
 
   int32_t context_tokens() const { return ctx->cached_len() + static_cast<int32_t>(carry.size()); }
+  // After its KV cache gave every block back (Rewind(0)): its whole context
+  // is carry, the tokens that were cached counting as recomputed context.
+  void ContextToCarry() {
+    recompute = static_cast<int32_t>(history.size() - (carry.size() - static_cast<size_t>(recompute)));
+    carry = history;
+  }
   // Has a step to run: a turn that may advance, or one that is to end.
   bool HasStep() const { return turn != nullptr && !closing && (credits > 0 || end_request.has_value()); }
 };
@@ -461,9 +467,7 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
     if (!victim->ctx->Rewind(0).ok()) continue;
     victim->prefix.clear();
     if (victim->turn == nullptr) {
-      // Its whole context becomes carry: the next turn prefills it again.
-      victim->recompute = static_cast<int32_t>(victim->history.size() - (victim->carry.size() - victim->recompute));
-      victim->carry = victim->history;
+      victim->ContextToCarry();  // the next turn prefills it again
     } else {
       // The queued turn prefills the context it had cached first.
       victim->turn->PrependRecompute(absl::MakeConstSpan(victim->history.data(), static_cast<size_t>(cached)));
@@ -471,6 +475,35 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
     ++kv_preemptions_;
   }
   return s->ctx->ReserveKv(n_tokens);
+}
+
+bool Scheduler::MapPromptKvLocked(Session* s) {
+  // Prefix caching: a context that starts empty maps the cached blocks its
+  // tokens start with (whole blocks, one token short of the end, so the
+  // last is computed for its logits). Prompt logprobs need every row
+  // computed.
+  int32_t hit = 0;
+  const bool lookup = PrefixCaching() && !s->turn_started && s->ctx->cached_len() == 0 &&
+                      s->ctx->kv_blocks() == 0 && !s->turn->turn().prompt_logprobs;
+  if (lookup) {
+    const absl::Span<const int32_t> tokens = s->turn->prefill_tokens();
+    hit = model_->AdoptCachedPrefix(*s->ctx, tokens.first(tokens.size() - 1), &s->prefix);
+    if (hit > 0) s->turn->SkipCachedPrefill(hit);
+  }
+  if (!ReserveKvLocked(s, s->turn->PrefillRemaining()).ok()) {
+    if (hit > 0) {
+      // It waits without them (they stay cached) and looks them up again.
+      s->turn->SkipCachedPrefill(0);
+      s->ctx->Rewind(0).IgnoreError();
+      s->prefix.clear();
+    }
+    return false;
+  }
+  if (lookup) {
+    prefix_queried_tokens_ += static_cast<int64_t>(s->turn->prefill_tokens().size());
+    prefix_hit_tokens_ += hit;
+  }
+  return true;
 }
 
 absl::Status Scheduler::RewindLocked(Session* s, int32_t len) {
@@ -591,39 +624,10 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
       if (const int32_t bt = model_->kv_blocks().block_tokens; bt > 0) {
         const int64_t blocks = (static_cast<int64_t>(s->ctx->cached_len()) + s->turn->PrefillRemaining() + bt - 1) / bt;
         const bool mapped = blocks <= s->ctx->kv_blocks();
-        if (!mapped && kv_blocked) {
+        if (!mapped && (kv_blocked || !MapPromptKvLocked(*it))) {
+          kv_blocked = true;
           ++it;
           continue;
-        }
-        if (!mapped) {
-          Session* fresh = *it;
-          // Prefix caching: a context that starts empty maps the cached
-          // blocks its tokens start with (whole blocks, and one token
-          // short of the end, so the last is computed for its logits).
-          // Prompt logprobs need every row computed.
-          int32_t hit = 0;
-          const bool lookup = PrefixCaching() && !fresh->turn_started && fresh->ctx->cached_len() == 0 &&
-                              fresh->ctx->kv_blocks() == 0 && !all_rows;
-          if (lookup) {
-            const absl::Span<const int32_t> tokens = fresh->turn->prefill_tokens();
-            hit = model_->AdoptCachedPrefix(*fresh->ctx, tokens.first(tokens.size() - 1), &fresh->prefix);
-            if (hit > 0) fresh->turn->SkipCachedPrefill(hit);
-          }
-          if (!ReserveKvLocked(fresh, fresh->turn->PrefillRemaining()).ok()) {
-            if (hit > 0) {
-              // Waits without them (they stay cached): looked up again next time.
-              fresh->turn->SkipCachedPrefill(0);
-              fresh->ctx->Rewind(0).IgnoreError();
-              fresh->prefix.clear();
-            }
-            kv_blocked = true;
-            ++it;
-            continue;
-          }
-          if (lookup) {
-            prefix_queried_tokens_ += static_cast<int64_t>(fresh->turn->prefill_tokens().size());
-            prefix_hit_tokens_ += hit;
-          }
         }
       }
       int32_t n = std::min(left, s->turn->PrefillRemaining());
@@ -873,10 +877,7 @@ void Scheduler::FinishStep(const Picked& p, StepOutput out) {
       s->ctx->Rewind(s->ctx->cached_len()).IgnoreError();
       // A turn that gave its blocks up: its whole context is recomputed by
       // the session's next turn.
-      if (p.kv_released) {
-        s->recompute = static_cast<int32_t>(s->history.size() - (s->carry.size() - s->recompute));
-        s->carry = s->history;
-      }
+      if (p.kv_released) s->ContextToCarry();
       s->idle_since = Clock::now();
       finished = std::move(s->turn);
       s->sink = nullptr;

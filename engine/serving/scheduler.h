@@ -216,6 +216,11 @@ class Scheduler {
   // back idle sessions' blocks (least recently used first) when the pool is
   // short. The pool's error when even that is not enough.
   absl::Status ReserveKvLocked(Session* s, int32_t n_tokens) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Paged KV: maps the blocks of the rest of `s`'s prompt at its first span,
+  // first from the prefix cache where its context starts empty, then from
+  // the pool (ReserveKvLocked). False, with nothing mapped, when they do not
+  // fit now.
+  bool MapPromptKvLocked(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Paged KV: one position's block for each decode row of a step; where the
   // pool runs dry the newest turn among `rows` gives its blocks up and ends
   // RESOURCE_EXHAUSTED (Picked::kv_refused, kv_released).

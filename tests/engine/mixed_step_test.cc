@@ -16,6 +16,7 @@
 
 #include "engine/runtime.h"
 #include "gtest/gtest.h"
+#include "tests/common/family_fixtures.h"
 #include "tests/common/model_path.h"
 #include "tests/common/test_vocabulary.h"
 #include "tests/engine/mixed_step_check.h"
@@ -33,18 +34,8 @@ TEST_P(MixedStepFixtureTest, EachSessionMatchesItsSpansAloneAndD1ByteForByte) {
   CheckMixedSteps(path, /*unit=*/1, /*capacity=*/64, kMaxPrefillChunk);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MixedStepFixtureTest,
-                         ::testing::Values("gemma3_tiny_swa.gguf", "gemma3_tiny_softcap.gguf", "gemma3_tiny_f16.gguf",
-                                           "llama_tiny.gguf", "llama3rope_tiny.gguf", "llamayarn_tiny.gguf",
-                                           "qwen2_tiny.gguf", "qwen2yarn_tiny.gguf", "qwen3_tiny.gguf",
-                                           "qwen3moe_tiny.gguf", "phi3_tiny.gguf", "phi2_tiny.gguf",
-                                           "smollm3_tiny.gguf", "glm4_tiny.gguf", "deepseek2_tiny.gguf",
-                                           "deepseek2lite_tiny.gguf", "deepseek2moe_tiny.gguf",
-                                           "deepseek3_tiny.gguf"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string name = info.param;
-                           return name.substr(0, name.find('.'));
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, MixedStepFixtureTest, ::testing::ValuesIn(testing::kFamilyFixtures),
+                         testing::FixtureTestName);
 
 // Spans of up to ~200 tokens (B: 140, 121, 43; A's prompt 100), steps of up
 // to 200 rows: the plan buckets a 256-token budget uses. Under the

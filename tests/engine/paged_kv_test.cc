@@ -25,6 +25,7 @@
 #include "engine/engine_counters.h"
 #include "engine/runtime.h"
 #include "gtest/gtest.h"
+#include "tests/common/family_fixtures.h"
 #include "tests/common/model_path.h"
 #include "tests/common/test_vocabulary.h"
 #include "tests/engine/paged_kv_check.h"
@@ -43,18 +44,8 @@ TEST_P(PagedKvFixtureTest, PagedCachesGiveTheContiguousBytes) {
   CheckPagedMatchesContiguous(path, /*unit=*/1, /*capacity=*/64, /*d1_chunk=*/7, /*block_tokens=*/5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, PagedKvFixtureTest,
-                         ::testing::Values("gemma3_tiny_swa.gguf", "gemma3_tiny_softcap.gguf", "gemma3_tiny_f16.gguf",
-                                           "llama_tiny.gguf", "llama3rope_tiny.gguf", "llamayarn_tiny.gguf",
-                                           "qwen2_tiny.gguf", "qwen2yarn_tiny.gguf", "qwen3_tiny.gguf",
-                                           "qwen3moe_tiny.gguf", "phi3_tiny.gguf", "phi2_tiny.gguf",
-                                           "smollm3_tiny.gguf", "glm4_tiny.gguf", "deepseek2_tiny.gguf",
-                                           "deepseek2lite_tiny.gguf", "deepseek2moe_tiny.gguf",
-                                           "deepseek3_tiny.gguf"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string name = info.param;
-                           return name.substr(0, name.find('.'));
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, PagedKvFixtureTest, ::testing::ValuesIn(testing::kFamilyFixtures),
+                         testing::FixtureTestName);
 
 // Spans of up to ~60 tokens on 16-token blocks (the serving default).
 TEST(PagedKvRealModelTest, Gemma3) {

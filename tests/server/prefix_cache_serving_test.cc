@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "gtest/gtest.h"
+#include "tests/common/family_fixtures.h"
 #include "tests/common/model_path.h"
 #include "tests/common/test_vocabulary.h"
 
@@ -202,18 +203,8 @@ TEST_P(PrefixCacheFixtureTest, CachedBlocksGiveTheSameLogitsAsComputingThem) {
   CheckPrefixCache(path, kBlock, 18, 64);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCacheFixtureTest,
-                         ::testing::Values("gemma3_tiny_swa.gguf", "gemma3_tiny_softcap.gguf", "gemma3_tiny_f16.gguf",
-                                           "llama_tiny.gguf", "llama3rope_tiny.gguf", "llamayarn_tiny.gguf",
-                                           "qwen2_tiny.gguf", "qwen2yarn_tiny.gguf", "qwen3_tiny.gguf",
-                                           "qwen3moe_tiny.gguf", "phi3_tiny.gguf", "phi2_tiny.gguf",
-                                           "smollm3_tiny.gguf", "glm4_tiny.gguf", "deepseek2_tiny.gguf",
-                                           "deepseek2lite_tiny.gguf", "deepseek2moe_tiny.gguf",
-                                           "deepseek3_tiny.gguf"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string name = info.param;
-                           return name.substr(0, name.find('.'));
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCacheFixtureTest, ::testing::ValuesIn(testing::kFamilyFixtures),
+                         testing::FixtureTestName);
 
 // The serving default of 16-token blocks; a 40-token shared prefix.
 TEST(PrefixCacheRealModelTest, Gemma3) {
