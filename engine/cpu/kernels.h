@@ -86,18 +86,10 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 // (v_stride == v_dim for a V slot; the K pool and v_stride == k_dim when the
 // value lives inside the K row, MLA's latent). Keys go in position order, so
 // the result does not depend on the block size or on which blocks hold them. v_dim <= kMaxValueDim. softcap > 0 applies
-// cap * tanh(score / cap) to the scaled scores (Gemma 2). Keys go in tiles of
-// kAttnTile at absolute positions (the running max and sums rescaled once per
-// tile, the tile's exponentials vectorized: flash attention's order, Dao et
-// al. 2022), up to kAttnHeads query heads of one kv head at a time. Each
-// (row, head) is computed by one thread in a fixed order: a row's output does
-// not depend on seq, on the other rows, on the block size or on the thread
-// count.
+// cap * tanh(score / cap) to the scaled scores (Gemma 2). Each (row, head) is
+// computed by one thread in a fixed order: a row's output does not depend on
+// seq, on the other rows, or on the thread count.
 inline constexpr int32_t kMaxValueDim = 1024;
-// Keys per online-softmax step of Attention (at positions that are multiples
-// of it) and query heads of one kv head it computes together.
-inline constexpr int32_t kAttnTile = 16;
-inline constexpr int32_t kAttnHeads = 4;
 void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, int64_t kv_row_stride, int32_t layer,
                float* out, int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim,
                int32_t v_stride, float scale, float softcap, int ith, int nth);

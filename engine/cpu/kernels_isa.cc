@@ -228,79 +228,51 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
                float* out, int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim,
                int32_t v_stride, float scale, float softcap, int ith, int nth) {
   const int32_t group = n_heads / n_kv_heads;
-  // An item is up to kAttnHeads query heads of one kv head (GQA) for one row:
-  // each key and value row a tile reads serves all of them while in L1.
-  const int32_t subgroups = (group + kAttnHeads - 1) / kAttnHeads;
-  const int64_t items = seq * n_kv_heads * subgroups;
+  const int64_t items = seq * n_heads;
   int64_t b, e;
   Share(items, ith, nth, &b, &e);
-  static thread_local float acc[kAttnHeads][kMaxValueDim];
-  const float* krow[kAttnTile];
-  const float* vrow[kAttnTile];
-  float score[kAttnTile], prob[kAttnTile];
+  float acc[kMaxValueDim];
   for (int64_t it = b; it < e; ++it) {
-    const int64_t t = it / (int64_t{n_kv_heads} * subgroups);
-    const int32_t kvh = static_cast<int32_t>(it / subgroups % n_kv_heads);
-    const int32_t h0 = kvh * group + static_cast<int32_t>(it % subgroups) * kAttnHeads;
-    const int32_t rest = kvh * group + group - h0;
-    const int32_t nh = rest < kAttnHeads ? rest : kAttnHeads;  // not std::min: no reference to the constant
+    const int64_t t = it / n_heads;
+    const int32_t h = static_cast<int32_t>(it % n_heads);
+    const int32_t kvh = h / group;
+    const float* qh = q + it * k_dim;
     const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t, layer);
     const int32_t bt = cache.block_tokens;
     const int32_t lo = bounds[2 * t];
     const int32_t hi = bounds[2 * t + 1];
-    float m[kAttnHeads], l[kAttnHeads];
-    for (int32_t i = 0; i < nh; ++i) {
-      m[i] = -std::numeric_limits<float>::infinity();
-      l[i] = 0.0f;
-      std::fill(acc[i], acc[i] + v_dim, 0.0f);
-    }
-    // Keys in tiles at absolute positions (multiples of kAttnTile), so a
-    // query's arithmetic depends only on its own key range: not on the
-    // chunk, the batch, the block size or which blocks hold the keys.
+    float m = -std::numeric_limits<float>::infinity();
+    float l = 0.0f;
+    std::fill(acc, acc + v_dim, 0.0f);
+    // Keys in position order, a block at a time: the same arithmetic in the
+    // same order whatever the block size, so paged and contiguous caches
+    // give the same bytes.
     for (int32_t j0 = lo; j0 < hi;) {
-      const int32_t j1 = std::min(hi, (j0 / kAttnTile + 1) * kAttnTile);
-      const int32_t n = j1 - j0;
-      for (int32_t jj = 0; jj < n; ++jj) {
-        const int32_t pos = j0 + jj;
-        const int32_t block = cache.block_of(pos);
-        const int64_t in_block = pos % bt;
-        krow[jj] = cache.k + cache.block_base(block, kvh, n_kv_heads, k_dim) + in_block * k_dim;
-        vrow[jj] = cache.v + cache.block_base(block, kvh, n_kv_heads, v_stride) + in_block * v_stride;
-      }
-      for (int32_t i = 0; i < nh; ++i) {
-        const float* qh = q + (t * n_heads + h0 + i) * k_dim;
-        float tile_max = -std::numeric_limits<float>::infinity();
-        for (int32_t jj = 0; jj < n; ++jj) {
-          float sc = DotF32(qh, krow[jj], k_dim) * scale;
-          if (softcap > 0.0f) sc = softcap * std::tanh(sc / softcap);
-          score[jj] = sc;
-          tile_max = std::max(tile_max, sc);
+      const int32_t block = cache.block_of(j0);
+      const int32_t in_block = j0 % bt;
+      const int32_t j1 = std::min(hi, j0 - in_block + bt);
+      const float* kb = cache.k + cache.block_base(block, kvh, n_kv_heads, k_dim) + int64_t{in_block} * k_dim;
+      const float* vb = cache.v + cache.block_base(block, kvh, n_kv_heads, v_stride) + int64_t{in_block} * v_stride;
+      for (int32_t j = j0; j < j1; ++j, kb += k_dim, vb += v_stride) {
+        float s = DotF32(qh, kb, k_dim) * scale;
+        if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);
+        const float* vj = vb;
+        if (s > m) {
+          const float corr = std::exp(m - s);  // 0 on the first key
+          for (int32_t d = 0; d < v_dim; ++d) acc[d] = acc[d] * corr + vj[d];
+          l = l * corr + 1.0f;
+          m = s;
+        } else {
+          const float p = std::exp(s - m);
+          for (int32_t d = 0; d < v_dim; ++d) acc[d] += p * vj[d];
+          l += p;
         }
-        // Online softmax (Milakov & Gimelshein 2018) a tile at a time: the
-        // running sums are rescaled once per tile, and the tile's
-        // exponentials are one vectorized loop.
-        const float m_new = std::max(m[i], tile_max);
-        const float corr = ExpNonPositive(m[i] - m_new);  // 0 on the first tile (m = -inf)
-        for (int32_t jj = 0; jj < n; ++jj) prob[jj] = ExpNonPositive(score[jj] - m_new);
-        float tile_sum = 0.0f;
-        for (int32_t jj = 0; jj < n; ++jj) tile_sum += prob[jj];
-        l[i] = l[i] * corr + tile_sum;
-        float* a = acc[i];
-        for (int32_t d = 0; d < v_dim; ++d) a[d] *= corr;
-        for (int32_t jj = 0; jj < n; ++jj) {
-          const float p = prob[jj];
-          const float* vj = vrow[jj];
-          for (int32_t d = 0; d < v_dim; ++d) a[d] += p * vj[d];
-        }
-        m[i] = m_new;
       }
       j0 = j1;
     }
-    for (int32_t i = 0; i < nh; ++i) {
-      float* o = out + (t * n_heads + h0 + i) * v_dim;
-      const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-      for (int32_t d = 0; d < v_dim; ++d) o[d] = acc[i][d] * inv;
-    }
+    float* o = out + it * v_dim;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int32_t d = 0; d < v_dim; ++d) o[d] = acc[d] * inv;
   }
 }
 
