@@ -50,13 +50,15 @@ size_t SlotBytes(DataSlot slot, const DecodeModel& model, int32_t rows, int32_t 
 }
 
 // The KV caches a step's rows address must have the model's geometry (the
-// plan's kernels index them with it).
+// plan's kernels index them with it); the element type is any KV type, as
+// each row names its own (engine/kv_rows.h).
 absl::Status CheckKvGeometry(const DecodeModel& model, const KvCache& kv) {
-  if (kv.n_layers() != model.dims().n_layers || !(kv.layout() == model.dims().kv_layout())) {
+  const KvLayout want = model.dims().kv_layout().WithType(kv.layout().type);
+  if (kv.n_layers() != model.dims().n_layers || !(kv.layout() == want)) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache of ", kv.n_layers(), " layers x ",
-                                                   kv.layout().floats_per_token(), " floats per token does not fit ",
+                                                   kv.layout().elements_per_token(), " elements per token does not fit ",
                                                    model.family(), " (", model.dims().n_layers, " layers x ",
-                                                   model.dims().kv_layout().floats_per_token(), ")"));
+                                                   want.elements_per_token(), ")"));
   }
   return absl::OkStatus();
 }

@@ -59,10 +59,11 @@ int32_t KvCache::mapped_len() const {
 void KvCache::FillKvRow(int64_t* row) const {
   row[0] = capacity_;
   row[1] = block_tokens();
-  row[2] = static_cast<int64_t>(table_buf_->device_address());
+  row[2] = static_cast<int64_t>(layout().type);
+  row[3] = static_cast<int64_t>(table_buf_->device_address());
   for (int32_t l = 0; l < n_layers(); ++l) {
-    row[3 + 2 * l] = static_cast<int64_t>(pool_->k_address(l));
-    row[4 + 2 * l] = static_cast<int64_t>(pool_->v_address(l));
+    row[4 + 2 * l] = static_cast<int64_t>(pool_->k_address(l));
+    row[5 + 2 * l] = static_cast<int64_t>(pool_->v_address(l));
   }
 }
 

@@ -6,8 +6,8 @@
 //                `capacity` positions, taken at creation. Per layer K
 //                [n_kv_heads, capacity, k_dim] and V the same with v_dim, or
 //                no V buffer when the layout keeps the value inside the K row
-//                (v_in_k: MLA's latent); bytes = n_layers * capacity *
-//                layout.floats_per_token() * 4.
+//                (v_in_k: MLA's latent), rows of the layout's KV type;
+//                bytes = n_layers * capacity * layout.bytes_per_token().
 //   CreatePaged  a cache over a shared pool: it holds the blocks its length
 //                needs (Reserve takes them), gives back those past a
 //                Truncate, and all of them when it goes. bytes() = its blocks.
@@ -34,7 +34,8 @@ namespace decoded {
 
 class KvCache {
  public:
-  // INVALID_ARGUMENT for non-positive geometry; RESOURCE_EXHAUSTED if its
+  // INVALID_ARGUMENT for non-positive geometry or a KV type the layout cannot
+  // hold; RESOURCE_EXHAUSTED if its
   // byte size (formula above) overflows int64 or the backend cannot allocate
   // it. The size is checked before anything is allocated.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(Backend& backend, int32_t n_layers,
@@ -69,9 +70,9 @@ class KvCache {
   // The host view of layer `layer`'s K (and V) pool: for a contiguous cache,
   // [n_kv_heads, capacity, dim]. nullptr where the backend keeps the cache in
   // memory the host cannot map (a discrete GPU).
-  float* k(int32_t layer) { return pool_->k(layer); }
+  void* k(int32_t layer) { return pool_->k(layer); }
   // nullptr when the layout has no V slot (v_in_k).
-  float* v(int32_t layer) { return pool_->v(layer); }
+  void* v(int32_t layer) { return pool_->v(layer); }
 
   // Writes this cache's row of a step's KV binding table (engine/kv_rows.h):
   // KvRowStride(n_layers()) entries at `row`.

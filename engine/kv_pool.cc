@@ -16,12 +16,16 @@ absl::StatusOr<std::shared_ptr<KvPool>> KvPool::Create(Backend& backend, int32_t
                                                    " v_dim=", layout.v_dim, " block_tokens=", block_tokens,
                                                    " blocks=", n_blocks));
   }
+  if (const char* why = layout.TypeProblem(layout.type); *why != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(why, " (KV type ", DTypeName(layout.type), ", k_dim=",
+                                                   layout.k_dim, ", v_dim=", layout.v_dim, ")"));
+  }
   // The geometry may come from a model file: size the pool with overflow
   // checks before allocating anything.
   bool overflow = false;
   auto slot_bytes = [&](int32_t dim) {
-    int64_t per = static_cast<int64_t>(sizeof(float));
-    for (const int64_t f : {int64_t{n_blocks}, int64_t{layout.n_kv_heads}, int64_t{block_tokens}, int64_t{dim}}) {
+    int64_t per = KvRowBytes(layout.type, dim);
+    for (const int64_t f : {int64_t{n_blocks}, int64_t{layout.n_kv_heads}, int64_t{block_tokens}}) {
       overflow |= __builtin_mul_overflow(per, f, &per);
     }
     return per;
@@ -66,8 +70,7 @@ absl::StatusOr<std::shared_ptr<KvPool>> KvPool::Create(Backend& backend, int32_t
 KvPool::~KvPool() = default;
 
 int64_t KvPool::block_bytes() const {
-  return static_cast<int64_t>(n_layers_) * block_tokens_ * layout_.floats_per_token() *
-         static_cast<int64_t>(sizeof(float));
+  return static_cast<int64_t>(n_layers_) * block_tokens_ * layout_.bytes_per_token();
 }
 
 int32_t KvPool::free_blocks() const {
@@ -142,8 +145,8 @@ void KvPool::Trim() {
     trimming_ = static_cast<int32_t>(discard.size());
   }
   if (discard.empty()) return;
-  const size_t k_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.k_dim * sizeof(float);
-  const size_t v_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.v_dim * sizeof(float);
+  const size_t k_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.k_row_bytes();
+  const size_t v_block = static_cast<size_t>(block_tokens_) * layout_.n_kv_heads * layout_.v_row_bytes();
   for (const int32_t b : discard) {
     for (int32_t l = 0; l < n_layers_; ++l) {
       backend_.Discard(*k_[static_cast<size_t>(l)], static_cast<size_t>(b) * k_block, k_block);
@@ -232,9 +235,9 @@ uint64_t KvPool::k_address(int32_t layer) const { return k_[static_cast<size_t>(
 uint64_t KvPool::v_address(int32_t layer) const {
   return v_.empty() ? 0 : v_[static_cast<size_t>(layer)]->device_address();
 }
-float* KvPool::k(int32_t layer) const { return static_cast<float*>(k_[static_cast<size_t>(layer)]->data()); }
-float* KvPool::v(int32_t layer) const {
-  return v_.empty() ? nullptr : static_cast<float*>(v_[static_cast<size_t>(layer)]->data());
+void* KvPool::k(int32_t layer) const { return k_[static_cast<size_t>(layer)]->data(); }
+void* KvPool::v(int32_t layer) const {
+  return v_.empty() ? nullptr : v_[static_cast<size_t>(layer)]->data();
 }
 
 }  // namespace decoded

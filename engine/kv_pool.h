@@ -4,11 +4,12 @@
 // goes, so how many sessions fit is set by what they hold, not by what they
 // might grow to.
 //
-// Layout per layer (f32): K [n_blocks, n_kv_heads, block_tokens, k_dim] and V
-// the same with v_dim (no V pool when the layout keeps the value inside the K
+// Layout per layer: K [n_blocks, n_kv_heads, block_tokens] rows of k_dim
+// elements of the layout's KV type (f32, f16 or q8_0: engine/kv_layout.h) and
+// V the same with v_dim (no V pool when the layout keeps the value inside the K
 // row: KvLayout::v_in_k). Block b of every layer holds the same positions of
 // one cache, so one id names it in all of them (engine/kv_rows.h).
-// bytes = n_layers * n_blocks * block_tokens * layout.floats_per_token() * 4.
+// bytes = n_layers * n_blocks * block_tokens * layout.bytes_per_token().
 //
 // Blocks are reference-counted: Take hands out blocks with one reference,
 // Give drops one, and a block is free again when none is left. (A block that
@@ -50,7 +51,8 @@ namespace decoded {
 
 class KvPool {
  public:
-  // INVALID_ARGUMENT for non-positive geometry; RESOURCE_EXHAUSTED if the
+  // INVALID_ARGUMENT for non-positive geometry or a KV type the layout cannot
+  // hold (KvLayout::TypeProblem); RESOURCE_EXHAUSTED if the
   // byte size (formula above) overflows int64 or the backend cannot allocate
   // it. Checked before anything is allocated.
   static absl::StatusOr<std::shared_ptr<KvPool>> Create(Backend& backend, int32_t n_layers, const KvLayout& layout,
@@ -123,8 +125,8 @@ class KvPool {
   uint64_t v_address(int32_t layer) const;
   // The host view of layer `layer`'s K / V pool; nullptr where the backend
   // keeps it in memory the host cannot map, or (V) when there is no V slot.
-  float* k(int32_t layer) const;
-  float* v(int32_t layer) const;
+  void* k(int32_t layer) const;
+  void* v(int32_t layer) const;
 
  private:
   explicit KvPool(Backend& backend) : backend_(backend) {}

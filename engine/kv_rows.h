@@ -18,12 +18,14 @@
 // Layout: int64 [rows, KvRowStride(n_layers)], row r =
 //   [0]       capacity: positions row r's cache addresses
 //   [1]       block_tokens: positions per block (== capacity for a contiguous cache)
-//   [2]       device address of the cache's block table: i32 [ceil(capacity /
+//   [2]       the cache's element type: a DType id (f32, f16 or q8_0; engine/kv_layout.h)
+//   [3]       device address of the cache's block table: i32 [ceil(capacity /
 //             block_tokens)], entry i = the pool block holding positions
 //             [i * block_tokens, (i + 1) * block_tokens), -1 while unmapped
-//   [3 + 2l]  device address (DeviceBuffer::device_address(), the host pointer
-//             on CPU) of layer l's K pool, f32 [n_blocks, n_kv_heads, block_tokens, k_dim]
-//   [4 + 2l]  that of layer l's V pool, f32 [n_blocks, n_kv_heads, block_tokens, v_dim];
+//   [4 + 2l]  device address (DeviceBuffer::device_address(), the host pointer
+//             on CPU) of layer l's K pool, [n_blocks, n_kv_heads, block_tokens]
+//             rows of KvRowBytes(type, k_dim) bytes
+//   [5 + 2l]  that of layer l's V pool, rows of KvRowBytes(type, v_dim) bytes;
 //             0 when the layout keeps the value in the K row (KvLayout::v_in_k)
 // So position p of kv head h is row ((table[p / bt] * n_kv_heads + h) * bt +
 // p % bt) of its pool: vLLM's block layout (Kwon et al. 2023, "Efficient Memory
@@ -37,24 +39,27 @@
 
 #include <cstdint>
 
+#include "engine/dtype.h"
+
 namespace decoded {
 
-constexpr int64_t KvRowStride(int32_t n_layers) { return 3 + 2 * static_cast<int64_t>(n_layers); }
+constexpr int64_t KvRowStride(int32_t n_layers) { return 4 + 2 * static_cast<int64_t>(n_layers); }
 
 // Read side (kernels): the views of row `row`, layer `layer`.
 struct KvRowView {
-  float* k = nullptr;  // layer's K pool
-  float* v = nullptr;  // layer's V pool; == k when the value lives in the K row
+  uint8_t* k = nullptr;  // layer's K pool
+  uint8_t* v = nullptr;  // layer's V pool; == k when the value lives in the K row
   const int32_t* blocks = nullptr;  // the cache's block table
   int32_t capacity = 0;
   int32_t block_tokens = 0;
+  DType type = DType::kF32;
 
   // The block holding position `pos` (< capacity): -1 while unmapped.
   int32_t block_of(int32_t pos) const { return blocks[pos / block_tokens]; }
-  // Float offset into a pool of row width `dim` of the first position of
+  // Byte offset into a pool of `row_bytes` per row of the first position of
   // `block`, kv head `head`: the block's positions follow it contiguously.
-  int64_t block_base(int32_t block, int32_t head, int32_t n_kv_heads, int32_t dim) const {
-    return (static_cast<int64_t>(block) * n_kv_heads + head) * block_tokens * dim;
+  int64_t block_base(int32_t block, int32_t head, int32_t n_kv_heads, int64_t row_bytes) const {
+    return (static_cast<int64_t>(block) * n_kv_heads + head) * block_tokens * row_bytes;
   }
 };
 
@@ -63,10 +68,11 @@ inline KvRowView ReadKvRow(const int64_t* table, int64_t stride, int64_t row, in
   KvRowView view;
   view.capacity = static_cast<int32_t>(r[0]);
   view.block_tokens = static_cast<int32_t>(r[1]);
-  view.blocks = reinterpret_cast<const int32_t*>(static_cast<intptr_t>(r[2]));
-  view.k = reinterpret_cast<float*>(static_cast<intptr_t>(r[3 + 2 * layer]));
-  const int64_t v = r[4 + 2 * layer];
-  view.v = v != 0 ? reinterpret_cast<float*>(static_cast<intptr_t>(v)) : view.k;
+  view.type = static_cast<DType>(r[2]);
+  view.blocks = reinterpret_cast<const int32_t*>(static_cast<intptr_t>(r[3]));
+  view.k = reinterpret_cast<uint8_t*>(static_cast<intptr_t>(r[4 + 2 * layer]));
+  const int64_t v = r[5 + 2 * layer];
+  view.v = v != 0 ? reinterpret_cast<uint8_t*>(static_cast<intptr_t>(v)) : view.k;
   return view;
 }
 

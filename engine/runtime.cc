@@ -59,15 +59,18 @@ class ContextImpl final : public DecodeContext {
 class ModelImpl final : public Model, public std::enable_shared_from_this<ModelImpl> {
  public:
   ModelImpl(std::shared_ptr<Backend> backend, std::shared_ptr<const Weights> weights,
-            std::unique_ptr<DecodeModel> family, std::unique_ptr<Tokenizer> tokenizer, ModelInfo info)
+            std::unique_ptr<DecodeModel> family, std::unique_ptr<Tokenizer> tokenizer, ModelInfo info,
+            DType kv_type)
       : backend_(std::move(backend)), weights_(std::move(weights)), family_(std::move(family)),
-        tokenizer_(std::move(tokenizer)), info_(std::move(info)) {}
+        tokenizer_(std::move(tokenizer)), info_(std::move(info)), kv_type_(kv_type) {}
 
   using Model::NewContext;
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   Backend& backend() const override { return *backend_; }
   const DecodeModel& family() const { return *family_; }
+  // The family's KV geometry in the KV type the model was loaded with.
+  KvLayout kv_layout() const { return family_->dims().kv_layout().WithType(kv_type_); }
 
   absl::StatusOr<std::unique_ptr<BatchDecoder>> NewBatchDecoder(int32_t max_batch,
                                                                 int32_t max_step_tokens) const override;
@@ -79,19 +82,18 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
                                                      info_.context_length, "]"));
     }
     const DecodeDims& d = family_->dims();
-    if (pool != nullptr && (pool->n_layers() != d.n_layers || !(pool->layout() == d.kv_layout()) ||
+    if (pool != nullptr && (pool->n_layers() != d.n_layers || !(pool->layout() == kv_layout()) ||
                             &pool->backend() != &family_->backend())) {
-      return absl::InvalidArgumentError("the KV pool was made for another model geometry or backend");
+      return absl::InvalidArgumentError("the KV pool was made for another model geometry, KV type or backend");
     }
     auto kv = pool != nullptr ? KvCache::CreatePaged(std::move(pool), max_seq_len)
-                              : KvCache::Create(family_->backend(), d.n_layers, d.kv_layout(), max_seq_len);
+                              : KvCache::Create(family_->backend(), d.n_layers, kv_layout(), max_seq_len);
     if (!kv.ok()) return kv.status();
     return std::unique_ptr<DecodeContext>(new ContextImpl(shared_from_this(), *std::move(kv)));
   }
 
   absl::StatusOr<std::shared_ptr<KvPool>> NewKvPool(int32_t block_tokens, int32_t n_blocks) const override {
-    const DecodeDims& d = family_->dims();
-    return KvPool::Create(family_->backend(), d.n_layers, d.kv_layout(), block_tokens, n_blocks);
+    return KvPool::Create(family_->backend(), family_->dims().n_layers, kv_layout(), block_tokens, n_blocks);
   }
 
  private:
@@ -101,6 +103,7 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
   std::unique_ptr<DecodeModel> family_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelInfo info_;
+  DType kv_type_;
 };
 
 ContextImpl::ContextImpl(std::shared_ptr<const ModelImpl> model, std::unique_ptr<KvCache> kv)
@@ -330,6 +333,12 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf
     return absl::InvalidArgumentError(absl::StrCat("model file: tokenizer has ", (*tokenizer)->vocab_size(),
                                                    " tokens but the embedding has ", (*family)->dims().vocab, " rows"));
   }
+  if (const char* why = (*family)->dims().kv_layout().TypeProblem(options.kv_type); *why != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV type ", IsKvType(options.kv_type) ? DTypeName(options.kv_type) : "(unknown)", " for ",
+        (*family)->family(), " (k_dim=", (*family)->dims().kv_layout().k_dim, ", v_dim=",
+        (*family)->dims().kv_layout().v_dim, "): ", why));
+  }
   if (absl::Status s = PrepareBackend(**family, *backend); !s.ok()) return s;
   ModelInfo info;
   info.family = (*family)->family();
@@ -344,9 +353,10 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf
   info.file_type = GgufFileTypeName(*shared_file);
   info.backend = std::string(backend->name());
   info.device = backend->device_name();
+  info.kv_type = DTypeName(options.kv_type);
   return std::shared_ptr<const Model>(std::make_shared<ModelImpl>(std::move(backend), *std::move(weights),
                                                                   *std::move(family), *std::move(tokenizer),
-                                                                  std::move(info)));
+                                                                  std::move(info), options.kv_type));
 }
 
 }  // namespace decoded

@@ -46,6 +46,7 @@ struct ModelInfo {
   std::string file_type;       // general.file_type, e.g. "Q4_K_M" ("" when absent)
   std::string backend;         // Backend::name(): "cpu", "vulkan"
   std::string device;          // Backend::device_name(): "cpu", or the GPU's name
+  std::string kv_type;         // element type of its KV caches: "f32", "f16" or "q8_0"
 };
 
 struct ModelLoadOptions {
@@ -57,6 +58,10 @@ struct ModelLoadOptions {
   // The backend that runs the model's plans (engine/device_spec.h opens one
   // by its --device name); null: the CPU. Kept alive by the model.
   std::shared_ptr<Backend> backend;
+  // Element type of the KV caches of its contexts and pools (engine/kv_layout.h:
+  // f32, f16 or q8_0; q8_0 needs K/V row widths that are multiples of 32).
+  // Load answers INVALID_ARGUMENT for another type or a model q8_0 cannot hold.
+  DType kv_type = DType::kF32;
 };
 
 class Model {

@@ -28,6 +28,7 @@
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
 #include "engine/engine_counters.h"
+#include "engine/kv_layout.h"
 #include "engine/kv_rows.h"
 #include "engine/quant/quant.h"
 
@@ -35,6 +36,23 @@ namespace decoded {
 namespace {
 
 constexpr size_t kBufferAlign = 64;
+
+// Stores one KV row of `n` f32 elements as KV type `type` (engine/kv_layout.h):
+// f16 rounds to nearest even; q8_0 is ggml's reference quantizer
+// (quantize_row_q8_0_ref, via quant::QuantizeActivationRow), so the bytes
+// match what llama.cpp's reference path would store.
+void WriteKvRow(DType type, const float* x, int32_t n, uint8_t* dst) {
+  switch (type) {
+    case DType::kF16:
+      for (int32_t i = 0; i < n; ++i) {
+        const uint16_t h = quant::F32ToF16(x[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case DType::kQ8_0: quant::QuantizeActivationRow(DType::kQ8_0, x, n, dst); return;
+    default: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
+  }
+}
 
 // Buffers of at least this size are mapped straight from the kernel and
 // unmapped when freed. glibc's malloc raises its own mmap threshold to the
@@ -264,6 +282,10 @@ class CpuPlan final : public CompiledPlan {
           if (a.v_dim > cpu::kMaxValueDim) {
             return absl::InvalidArgumentError(absl::StrCat(n.name, ": value width ", a.v_dim, " exceeds ",
                                                            cpu::kMaxValueDim));
+          }
+          if (a.k_dim > cpu::kMaxKeyDim) {
+            return absl::InvalidArgumentError(absl::StrCat(n.name, ": key width ", a.k_dim, " exceeds ",
+                                                           cpu::kMaxKeyDim));
           }
         }
       }
@@ -500,7 +522,7 @@ class CpuPlan final : public CompiledPlan {
         const int32_t heads = n.kv_write.n_kv_heads, hd = n.kv_write.head_dim;
         for (int64_t t = 0; t < s.rows; ++t) {
           const KvRowView cache = ReadKvRow(s.kv_rows, s.kv_row_stride, t, n.kv_write.layer);
-          float* dst = n.kv_write.is_v ? cache.v : cache.k;
+          uint8_t* dst = n.kv_write.is_v ? cache.v : cache.k;
           const int32_t off = offsets[t];
           const int32_t block = dst == nullptr || off < 0 || off >= cache.capacity ? -1 : cache.block_of(off);
           if (block < 0) {
@@ -508,9 +530,9 @@ class CpuPlan final : public CompiledPlan {
             continue;
           }
           const int64_t in_block = off % cache.block_tokens;
+          const int64_t rb = KvRowBytes(cache.type, hd);
           for (int32_t h = 0; h < heads; ++h) {
-            std::memcpy(dst + cache.block_base(block, h, heads, hd) + in_block * hd, x + (t * heads + h) * hd,
-                        static_cast<size_t>(hd) * sizeof(float));
+            WriteKvRow(cache.type, x + (t * heads + h) * hd, hd, dst + cache.block_base(block, h, heads, rb) + in_block * rb);
           }
         }
         break;

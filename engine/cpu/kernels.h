@@ -80,9 +80,10 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 // kv_row_stride]: a prefill chunk's rows share one cache, a batched decode
 // step's rows each have their own). One-pass online softmax (Milakov &
 // Gimelshein 2018). q [seq, n_heads * k_dim]; out [seq, n_heads * v_dim]; a
-// cache's K pool is [n_blocks, n_kv_heads, block_tokens, k_dim] and its V
-// pool [n_blocks, n_kv_heads, block_tokens, v_stride], read through the
-// cache's block table, of which each row's first v_dim floats are the value
+// cache's K pool is [n_blocks, n_kv_heads, block_tokens] rows of k_dim and its
+// V pool the same of v_stride elements of the cache's KV type (f32, f16 or
+// q8_0, decoded exactly to f32 before use), read through the cache's block
+// table, of which each row's first v_dim elements are the value
 // (v_stride == v_dim for a V slot; the K pool and v_stride == k_dim when the
 // value lives inside the K row, MLA's latent). Keys go in position order, so
 // the result does not depend on the block size or on which blocks hold them. v_dim <= kMaxValueDim. softcap > 0 applies
@@ -90,6 +91,8 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 // computed by one thread in a fixed order: a row's output does not depend on
 // seq, on the other rows, or on the thread count.
 inline constexpr int32_t kMaxValueDim = 1024;
+// Largest k_dim of a cache that is not f32 (its key rows are decoded on the stack).
+inline constexpr int32_t kMaxKeyDim = 4096;
 void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, int64_t kv_row_stride, int32_t layer,
                float* out, int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim,
                int32_t v_stride, float scale, float softcap, int ith, int nth);

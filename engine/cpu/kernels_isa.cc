@@ -13,7 +13,9 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_isa.h"
 #include "engine/exp_poly.h"
+#include "engine/kv_layout.h"
 #include "engine/kv_rows.h"
+#include "engine/quant/blocks.h"
 #include "engine/quant/quant.h"
 
 namespace decoded::cpu::DECODED_ISA_NS {
@@ -53,6 +55,33 @@ inline float ExpF(float x) { return ExpPoly(std::min(std::max(x, -87.0f), 88.0f)
 inline float TanhF(float u) {
   const float e = ExpF(-2.0f * std::fabs(u));
   return std::copysign((1.0f - e) / (1.0f + e), u);
+}
+
+// The first n elements of a KV cache row of `type` (engine/kv_layout.h) as
+// f32: the row itself for f32, else its exact decoding into `buf` (fp16 ->
+// f32 is exact; q8_0 is d * q per element, ggml's dequantize_row_q8_0).
+inline const float* KvRowAsF32(DType type, const uint8_t* row, int32_t n, float* buf) {
+  namespace qi = quant::internal;
+  if (type == DType::kF16) {
+    int32_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))));
+    }
+#endif
+    for (; i < n; ++i) buf[i] = qi::HalfToFloat(qi::LoadU16(row + 2 * i));
+    return buf;
+  }
+  if (type == DType::kQ8_0) {
+    for (int32_t b = 0; b < n / 32; ++b) {
+      const uint8_t* blk = row + 34 * b;
+      const float d = qi::HalfToFloat(qi::LoadU16(blk));
+      const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+      for (int32_t j = 0; j < 32; ++j) buf[32 * b + j] = d * static_cast<float>(q[j]);
+    }
+    return buf;
+  }
+  return reinterpret_cast<const float*>(row);
 }
 
 // GELU, tanh approximation (HF gelu_pytorch_tanh / gelu_new; ggml_gelu_f32's
@@ -232,6 +261,8 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   int64_t b, e;
   Share(items, ith, nth, &b, &e);
   float acc[kMaxValueDim];
+  float vbuf[kMaxValueDim];
+  float kbuf[kMaxKeyDim];  // a decoded f16 / q8_0 key row
   for (int64_t it = b; it < e; ++it) {
     const int64_t t = it / n_heads;
     const int32_t h = static_cast<int32_t>(it % n_heads);
@@ -239,6 +270,8 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
     const float* qh = q + it * k_dim;
     const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t, layer);
     const int32_t bt = cache.block_tokens;
+    const DType type = cache.type;
+    const int64_t k_rb = KvRowBytes(type, k_dim), v_rb = KvRowBytes(type, v_stride);
     const int32_t lo = bounds[2 * t];
     const int32_t hi = bounds[2 * t + 1];
     float m = -std::numeric_limits<float>::infinity();
@@ -251,12 +284,12 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
       const int32_t block = cache.block_of(j0);
       const int32_t in_block = j0 % bt;
       const int32_t j1 = std::min(hi, j0 - in_block + bt);
-      const float* kb = cache.k + cache.block_base(block, kvh, n_kv_heads, k_dim) + int64_t{in_block} * k_dim;
-      const float* vb = cache.v + cache.block_base(block, kvh, n_kv_heads, v_stride) + int64_t{in_block} * v_stride;
-      for (int32_t j = j0; j < j1; ++j, kb += k_dim, vb += v_stride) {
-        float s = DotF32(qh, kb, k_dim) * scale;
+      const uint8_t* kb = cache.k + cache.block_base(block, kvh, n_kv_heads, k_rb) + in_block * k_rb;
+      const uint8_t* vb = cache.v + cache.block_base(block, kvh, n_kv_heads, v_rb) + in_block * v_rb;
+      for (int32_t j = j0; j < j1; ++j, kb += k_rb, vb += v_rb) {
+        float s = DotF32(qh, KvRowAsF32(type, kb, k_dim, kbuf), k_dim) * scale;
         if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);
-        const float* vj = vb;
+        const float* vj = KvRowAsF32(type, vb, v_dim, vbuf);
         if (s > m) {
           const float corr = std::exp(m - s);  // 0 on the first key
           for (int32_t d = 0; d < v_dim; ++d) acc[d] = acc[d] * corr + vj[d];

@@ -223,6 +223,7 @@ class EngineImpl final : public Engine {
     if (info_.backend == "cpu") info_.cpu_isa = CpuIsaName(ActiveCpuIsa());
     info_.session_context_length = session_len;
     info_.session_kv_bytes = session_kv_bytes;
+    info_.kv_type = mi.kv_type;
     info_.max_sessions = options.max_sessions;
     info_.bos_id = tok.bos_id();
     info_.eos_id = tok.eos_id();
@@ -466,6 +467,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   load.chat_template_override = options.chat_template;
   load.load = options.mmap_weights ? GgufLoad::kMap : GgufLoad::kCopy;
   load.backend = options.backend;
+  load.kv_type = options.kv_type;
   absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_path, load);
   if (!model.ok()) return model.status();
   Backend& backend = (*model)->backend();

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/dtype.h"
 #include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -193,6 +194,9 @@ struct EngineOptions {
   // weights leave of it; on the CPU, physical memory. On a device the budget
   // must fit what the weights leave (Create: RESOURCE_EXHAUSTED).
   int64_t kv_budget_bytes = 0;
+  // Element type of every session's KV cache (--kv_type; engine/kv_layout.h):
+  // f32, f16 (half the bytes of f32) or q8_0 (34 bytes per 32 elements).
+  DType kv_type = DType::kF32;
   // Paged KV: positions per block of the one KV pool all sessions share
   // (engine/kv_pool.h), sized by kv_budget_bytes (0 there: every session at
   // its full context). A session holds the blocks its live length needs, so
@@ -272,6 +276,7 @@ struct EngineModelInfo {
   std::string cpu_isa;
   int32_t session_context_length = 0;
   int64_t session_kv_bytes = 0;  // KV cache of one session at its full context (session_context_length tokens)
+  std::string kv_type;           // its element type: "f32", "f16", "q8_0"
   int32_t max_sessions = 0;
   int32_t bos_id = 0;
   int32_t eos_id = 0;

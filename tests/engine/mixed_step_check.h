@@ -180,11 +180,13 @@ inline std::vector<int> Mismatches(const std::vector<Rows>& got, const std::vect
 // The mixed script on `path`'s model, on `backend` (null: the CPU), against
 // each session alone and against D1 in chunks of `d1_chunk` tokens (0: no D1
 // run; the control then compares with the sessions alone); then, with
-// `control`, the control.
+// `control`, the control. `kv_type`: the KV caches' element type.
 inline void CheckMixedSteps(const std::string& path, int unit, int32_t capacity, int32_t d1_chunk,
-                            std::shared_ptr<Backend> backend = nullptr, bool control = true) {
+                            std::shared_ptr<Backend> backend = nullptr, bool control = true,
+                            DType kv_type = DType::kF32) {
   ModelLoadOptions options;
   options.backend = std::move(backend);
+  options.kv_type = kv_type;
   auto model = Model::Load(path, options);
   ASSERT_TRUE(model.ok()) << path << ": " << model.status();
   auto made = (*model)->backend().CreateExecutor(2, nullptr);

@@ -32,9 +32,11 @@ inline void ScrambleFreeBlocks(KvPool& pool, uint32_t seed) {
 }
 
 inline void CheckPagedMatchesContiguous(const std::string& path, int unit, int32_t capacity, int32_t d1_chunk,
-                                        int32_t block_tokens, std::shared_ptr<Backend> backend = nullptr) {
+                                        int32_t block_tokens, std::shared_ptr<Backend> backend = nullptr,
+                                        DType kv_type = DType::kF32) {
   ModelLoadOptions options;
   options.backend = std::move(backend);
+  options.kv_type = kv_type;
   auto model = Model::Load(path, options);
   ASSERT_TRUE(model.ok()) << path << ": " << model.status();
   auto made = (*model)->backend().CreateExecutor(2, nullptr);

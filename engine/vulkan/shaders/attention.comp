@@ -3,9 +3,10 @@
 // against keys [lo_t, hi_t) (bounds, i32 [seq, 2], already offset to the
 // layer's mask variant) of layer `layer` of row t's own KV cache (the KV
 // binding table, engine/kv_rows.h). GQA: head h reads kv head h / (n_heads /
-// n_kv_heads). The K pool is [n_blocks, n_kv_heads, block_tokens, k_dim] and
-// the V pool [n_blocks, n_kv_heads, block_tokens, v_stride], read through the
-// cache's block table, of which each row's first v_dim floats are the value
+// n_kv_heads). The K pool is [n_blocks, n_kv_heads, block_tokens] rows of
+// k_dim and the V pool the same of v_stride elements of the row's KV type (f32,
+// f16 or q8_0: kv_types.glsl, decoded exactly to f32), read through the
+// cache's block table, of which each row's first v_dim elements are the value
 // (the K pool itself, v_stride = k_dim, when the table's V address is 0:
 // MLA's latent). softcap > 0 caps the scaled scores as softcap * tanh(s / softcap).
 //
@@ -15,6 +16,7 @@
 // dimensions over the tile in key order. Every step is in a fixed order, so a
 // row's output depends neither on the other rows nor on the batch.
 #include "common.glsl"
+#include "kv_types.glsl"
 
 layout(local_size_x = 64) in;
 layout(push_constant, scalar) uniform Params {
@@ -47,9 +49,11 @@ void main() {
   const uint kvh = h / (p.n_heads / p.n_kv_heads);
   const uint row = t * p.stride;
   const uint bt = uint(I64Buf(p.kv_rows).v[row + 1]);
-  const uint64_t table = uint64_t(I64Buf(p.kv_rows).v[row + 2]);
-  const uint64_t k_base = uint64_t(I64Buf(p.kv_rows).v[row + 3 + 2 * p.layer]);
-  const uint64_t v_addr = uint64_t(I64Buf(p.kv_rows).v[row + 4 + 2 * p.layer]);
+  const uint type = uint(I64Buf(p.kv_rows).v[row + 2]);
+  const uint64_t table = uint64_t(I64Buf(p.kv_rows).v[row + 3]);
+  const uint64_t k_base = uint64_t(I64Buf(p.kv_rows).v[row + 4 + 2 * p.layer]);
+  const uint64_t v_addr = uint64_t(I64Buf(p.kv_rows).v[row + 5 + 2 * p.layer]);
+  const uint k_rb = kv_row_bytes(type, p.k_dim), v_rb = kv_row_bytes(type, p.v_stride);
   const uint64_t v_base = v_addr != 0 ? v_addr : k_base;
   const int lo = I32Buf(p.bounds).v[2 * t], hi = I32Buf(p.bounds).v[2 * t + 1];
 
@@ -64,9 +68,13 @@ void main() {
     const int n = min(64, hi - j0);
     float s = -1.0 / 0.0;
     if (int(tid) < n) {
-      const uint64_t krow = k_base + key_row(table, bt, kvh, uint(j0) + tid) * p.k_dim * 4;
+      const uint64_t krow = k_base + key_row(table, bt, kvh, uint(j0) + tid) * k_rb;
       s = 0.0;
-      for (uint i = 0; i < p.k_dim; ++i) s += qs[i] * F32Buf(krow).v[i];
+      if (type == kKvF32) {
+        for (uint i = 0; i < p.k_dim; ++i) s += qs[i] * F32Buf(krow).v[i];
+      } else {
+        for (uint i = 0; i < p.k_dim; ++i) s += qs[i] * kv_elem(type, krow, i);
+      }
       s *= p.scale;
       if (p.softcap > 0.0) s = p.softcap * stable_tanh(s / p.softcap);
     }
@@ -87,7 +95,7 @@ void main() {
       if (d >= p.v_dim) break;
       float a = acc[c] * corr;
       for (int j = 0; j < n; ++j) {
-        a += prob[j] * F32Buf(v_base + (key_row(table, bt, kvh, uint(j0 + j)) * p.v_stride + d) * 4).v[0];
+        a += prob[j] * kv_elem(type, v_base + key_row(table, bt, kvh, uint(j0 + j)) * v_rb, d);
       }
       acc[c] = a;
     }
