@@ -164,6 +164,7 @@ grpc::ServerUnaryReactor* DecoderService::GetModelInfo(grpc::CallbackServerConte
         resp->set_device_memory_capacity_bytes(stats.device_memory_capacity_bytes);
         resp->set_device_memory_used_bytes(stats.device_memory_bytes);
         resp->set_cpu_isa(info.cpu_isa);
+        resp->set_kv_type(info.kv_type);
         resp->set_session_context_length(info.session_context_length);
         resp->set_max_sessions(info.max_sessions);
         resp->set_bos_id(info.bos_id);

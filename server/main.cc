@@ -216,6 +216,9 @@ ABSL_FLAG(int64_t, kv_budget_mb, -1,
           "open). -1: 75% of the memory the KV cache lives in (physical memory on cpu; on a GPU, its memory the "
           "weights leave); 0: no limit (the pool: every session at its full context); less than one session's "
           "full context, or more than a GPU has left, is refused at start");
+ABSL_FLAG(std::string, kv_type, "f16",
+          "element type of the KV cache: f32, f16 (half the bytes; perplexity within 0.1% of f32 on the real "
+          "models, docs/benchmarks.md) or q8_0 (34 bytes per 32 values; needs head dims that are multiples of 32)");
 ABSL_FLAG(int, kv_block_tokens, 16,
           "paged KV: token positions per block of the shared KV pool; a session holds the blocks its length "
           "needs (0: each session reserves a contiguous cache of --context_length at open; <= 1024)");
@@ -384,6 +387,11 @@ int main(int argc, char** argv) {
   const int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
   if (kv_budget_mb < -1) return bad_flags("--kv_budget_mb must be >= -1 (-1: from the memory there is; 0: no limit)");
   engine_options.kv_budget_bytes = kv_budget_mb < 0 ? -1 : kv_budget_mb * (int64_t{1} << 20);
+  if (const std::string t = absl::GetFlag(FLAGS_kv_type); t == "f32" || t == "f16" || t == "q8_0") {
+    engine_options.kv_type = t == "f32" ? decoded::DType::kF32 : t == "f16" ? decoded::DType::kF16 : decoded::DType::kQ8_0;
+  } else {
+    return bad_flags(absl::StrCat("--kv_type ", t, ": must be f32, f16 or q8_0"));
+  }
   engine_options.kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   engine_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   // The device before anything listens: a device that does not exist is a
@@ -474,7 +482,8 @@ int main(int argc, char** argv) {
               << info.session_context_length << "; sessions get " << info.session_context_length << "\n";
   }
   std::cerr << "decoded: weights " << (engine_options.mmap_weights ? "mapped from" : "copied from")
-            << " the file (" << info.weight_dtype << ")\n";
+            << " the file (" << info.weight_dtype << "), KV cache " << info.kv_type << " ("
+            << info.session_kv_bytes / std::max(info.session_context_length, 1) << " bytes per token)\n";
   const bool mapped = engine_options.mmap_weights;
   decoded::server::ModelFileWatch file_watch(
       engine_options.model_path, loaded, absl::Seconds(1), [&stop, mapped](const std::string& what, bool in_place) {

@@ -137,6 +137,17 @@ class EngineCollectable final : public prometheus::Collectable {
       m.gauge.value = 1;
       info.metric.push_back(m);
       families.push_back(std::move(info));
+      // The KV cache's element type (--kv_type), as vLLM's cache_config_info
+      // says its cache_dtype: what a replica's capacity and quality depend on.
+      prometheus::MetricFamily kv;
+      kv.name = "decoded_kv_cache_info";
+      kv.help = "The KV cache's element type (--kv_type: f32, f16 or q8_0).";
+      kv.type = MetricType::Gauge;
+      prometheus::ClientMetric k;
+      k.label = {{"type", engine->ModelInfo().kv_type}};
+      k.gauge.value = 1;
+      kv.metric.push_back(k);
+      families.push_back(std::move(kv));
       // What runs and on what model, as vLLM's and TGI's info metrics say:
       // the build (version, git revision) and the served model.
       prometheus::MetricFamily build;

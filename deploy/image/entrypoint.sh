@@ -13,6 +13,7 @@
 #   DECODED_CONTEXT_LENGTH  --context_length
 #   DECODED_KV_BUDGET_MB    --kv_budget_mb
 #   DECODED_KV_BLOCK_TOKENS --kv_block_tokens
+#   DECODED_KV_TYPE         --kv_type
 #   DECODED_DRAIN_SECONDS   --drain_seconds
 #   DECODED_MAX_CONNECTIONS --max_connections
 #   DECODED_MAX_SESSIONS_PER_PEER --max_sessions_per_peer
@@ -58,6 +59,7 @@ add max_step_tokens DECODED_MAX_STEP_TOKENS
 add context_length DECODED_CONTEXT_LENGTH
 add kv_budget_mb DECODED_KV_BUDGET_MB
 add kv_block_tokens DECODED_KV_BLOCK_TOKENS
+add kv_type DECODED_KV_TYPE
 add drain_seconds DECODED_DRAIN_SECONDS
 add max_connections DECODED_MAX_CONNECTIONS
 add max_sessions_per_peer DECODED_MAX_SESSIONS_PER_PEER

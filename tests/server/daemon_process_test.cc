@@ -196,6 +196,32 @@ TEST(DaemonProcessTest, CpuIsaOverrideIsLoggedReportedOrRefused) {
   EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
 }
 
+// --kv_type: the daemon's default f16 is what it logs, reports and exports;
+// a type the KV cache cannot hold stops it at startup (exit 2, the flags).
+TEST(DaemonProcessTest, KvTypeIsLoggedReportedOrRefused) {
+  {
+    std::vector<std::string> flags = ModelFlags();
+    flags.push_back("--kv_type=q4_0");
+    Daemon daemon(flags);
+    EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 2) << daemon.Log();
+    EXPECT_NE(daemon.Log().find("--kv_type q4_0: must be f32, f16 or q8_0"), std::string::npos) << daemon.Log();
+  }
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(ModelFlags());
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(120))) << daemon.Log();
+  // Gemma 3 270M: 18 layers x 1 kv head x (256 + 256) values x 2 bytes.
+  EXPECT_NE(daemon.Log().find("KV cache f16 (18432 bytes per token)"), std::string::npos) << daemon.Log();
+  auto stub = v1::Decoder::NewStub(daemon.channel());
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.kv_type(), "f16");
+  const std::string metrics = daemon.Metrics();
+  EXPECT_NE(metrics.find("decoded_kv_cache_info{type=\"f16\"} 1"), std::string::npos) << metrics;
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
+}
+
 // A second signal while a drain waits for a long turn: the operator wants out
 // now, so the daemon exits at once, with status 1 (the drain was cut short).
 TEST(DaemonProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {

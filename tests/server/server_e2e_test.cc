@@ -465,6 +465,10 @@ TEST_F(ServerE2eTest, TurnsProcessAndModelServerProtocolMetrics) {
                                                     kRevision, "\",model=\"", server_->engine()->ModelInfo().name,
                                                     "\",family=\"gemma3\"} 1")))
       << after;
+  // The KV cache's element type: the engine's (this server's engine keeps f32).
+  EXPECT_TRUE(absl::StrContains(after, absl::StrCat("decoded_kv_cache_info{type=\"",
+                                                    server_->engine()->ModelInfo().kv_type, "\"} 1")))
+      << after;
   // process_*: the process's own figures, not placeholders.
   EXPECT_GT(e2e::MetricValue(after, "process_resident_memory_bytes"), 1 << 20);
   EXPECT_GT(e2e::MetricValue(after, "process_virtual_memory_bytes"), 1 << 20);
