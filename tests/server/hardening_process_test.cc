@@ -55,10 +55,11 @@ std::vector<std::string> ModelFlags(const std::string& model, std::vector<std::s
 
 // A stream with a long turn running: its first token has arrived.
 struct LongTurn {
-  explicit LongTurn(const std::shared_ptr<grpc::Channel>& channel) : stub(v1::Decoder::NewStub(channel)) {
+  explicit LongTurn(const std::shared_ptr<grpc::Channel>& channel, int max_new_tokens = 240)
+      : stub(v1::Decoder::NewStub(channel)) {
     stream = stub->Generate(&ctx);
     v1::GenerateResponse first;
-    started = stream->Write(TextTurn("Count to one thousand:", 240)) && stream->Read(&first);
+    started = stream->Write(TextTurn("Count to one thousand:", max_new_tokens)) && stream->Read(&first);
   }
   std::unique_ptr<v1::Decoder::Stub> stub;
   grpc::ClientContext ctx;
@@ -296,7 +297,9 @@ TEST(HardeningProcessTest, SighupDrainsLikeSigtermAndSigusr1IsLoggedAndIgnored) 
   DECODED_REQUIRE_REAL_MODEL();
   // As long a drain as DaemonProcessTest's: the sanitizer build's last step
   // and final events need the reserve before the cut.
-  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--drain_seconds=3"}));
+  // A turn that outlasts the drain on any host (240 tokens took 2.6 s on a
+  // 2-vCPU EPYC): 2,000 tokens need 2,048 positions.
+  Daemon daemon(ModelFlags(decoded::testing::RealModelPath(), {"--drain_seconds=3", "--context_length=2048"}));
   ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
   daemon.Signal(SIGUSR1);
   daemon.Signal(SIGUSR2);
@@ -304,7 +307,7 @@ TEST(HardeningProcessTest, SighupDrainsLikeSigtermAndSigusr1IsLoggedAndIgnored) 
   EXPECT_EQ(HealthStatus(daemon.channel().get()), 1);
   EXPECT_TRUE(absl::StrContains(daemon.Log(), "SIGUSR1 ignored")) << daemon.Log();
   EXPECT_TRUE(absl::StrContains(daemon.Log(), "SIGUSR2 ignored")) << daemon.Log();
-  LongTurn turn(daemon.channel());
+  LongTurn turn(daemon.channel(), 2000);
   ASSERT_TRUE(turn.started);
   daemon.Signal(SIGHUP);
   const TurnResult cut = ReadTurn(turn.stream.get());
