@@ -28,6 +28,7 @@
 #include "bench/device_counters.h"
 #include "engine/cpu_isa.h"
 #include "engine/device_spec.h"
+#include "engine/kv_pool.h"
 #include "engine/runtime.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model path");
@@ -37,6 +38,8 @@ ABSL_FLAG(int, prompt_tokens, 16, "prompt length of each session");
 ABSL_FLAG(int, decode_steps, 64, "decode steps measured per batch size and repeat");
 ABSL_FLAG(int, repeats, 3, "repetitions; the best rate is reported");
 ABSL_FLAG(std::string, device, "cpu", "cpu, vulkan or vulkan:N (as the daemon's --device)");
+ABSL_FLAG(int, kv_block_tokens, 0, "paged KV: positions per block of one pool all sessions share (0: contiguous caches)");
+ABSL_FLAG(std::string, kv_type, "f32", "KV cache element type: f32, f16 or q8_0");
 
 namespace decoded {
 namespace {
@@ -63,6 +66,11 @@ int Run() {
   if (!backend.ok()) return Fail("--device", backend.status());
   ModelLoadOptions load;
   load.backend = *backend;
+  const std::string kv_type = absl::GetFlag(FLAGS_kv_type);
+  if (kv_type != "f32" && kv_type != "f16" && kv_type != "q8_0") {
+    return Fail("--kv_type", absl::InvalidArgumentError(kv_type));
+  }
+  load.kv_type = kv_type == "f32" ? DType::kF32 : kv_type == "f16" ? DType::kF16 : DType::kQ8_0;
   auto model = Model::Load(absl::GetFlag(FLAGS_model), load);
   if (!model.ok()) return Fail("model", model.status());
   std::vector<int32_t> sizes;
@@ -94,15 +102,26 @@ int Run() {
       std::vector<DecodeContext*> rows;
       std::vector<int32_t> tokens;
       const int32_t spread = std::max(1, std::min(50000, vocab - 1000));
+      const int32_t capacity = n_prompt + steps + 1;
+      std::shared_ptr<KvPool> pool;
+      if (const int bt = absl::GetFlag(FLAGS_kv_block_tokens); bt > 0) {
+        auto p = (*model)->NewKvPool(bt, batch * ((capacity + bt - 1) / bt));
+        if (!p.ok()) return Fail("pool", p.status());
+        pool = *std::move(p);
+      }
       for (int32_t s = 0; s < batch; ++s) {
-        auto c = (*model)->NewContext(n_prompt + steps + 1);
+        auto c = (*model)->NewContext(capacity, pool);
         if (!c.ok()) return Fail("context", c.status());
         std::vector<int32_t> prompt = {bos};
         for (int i = 1; i < n_prompt; ++i) {
           prompt.push_back(static_cast<int32_t>((1000 + (static_cast<int64_t>(i) * 7919 + s * 104729) % spread) % vocab));
         }
-        auto l = (*c)->Prefill(prompt, false, *executor);
-        if (!l.ok()) return Fail("prefill", l.status());
+        absl::StatusOr<absl::Span<const float>> l;
+        for (size_t at = 0; at < prompt.size(); at += kMaxPrefillChunk) {
+          const size_t n = std::min<size_t>(kMaxPrefillChunk, prompt.size() - at);
+          l = (*c)->Prefill(absl::MakeConstSpan(prompt).subspan(at, n), false, *executor);
+          if (!l.ok()) return Fail("prefill", l.status());
+        }
         tokens.push_back(Argmax(*l));
         rows.push_back(c->get());
         ctx.push_back(*std::move(c));

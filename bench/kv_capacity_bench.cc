@@ -8,13 +8,22 @@
 // --new_tokens (ignore_eos), so that when its turn ends it holds
 // --context_tokens of context; its stream stays open, so the session and its
 // KV stay held. The first session the daemon refuses (RESOURCE_EXHAUSTED, at
-// open or at the turn) ends the count; every held stream is then closed.
+// open or at the turn: a contiguous cache per session) ends the count; so
+// does, with paged KV (--metrics: the daemon's metrics address), the first
+// turn whose blocks the daemon had to take back from an idle session
+// (decoded_kv_preemptions_total rose: the pool no longer holds them all), not
+// counted. Every held stream is then closed.
 // Prints one JSON object: sessions held, the daemon's per-session context
 // (ModelInfo), the refusal's message. Run the daemon with --kv_budget_mb B,
 // --context_length >= --context_tokens and --max_sessions above what can fit
 // (bench/run_kv_capacity_bench.py does): sessions per GiB =
 // held / (B / 1024).
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -30,6 +39,8 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051", "daemon address");
 ABSL_FLAG(int, context_tokens, 2048, "context each session holds (prompt + generated tokens)");
 ABSL_FLAG(int, new_tokens, 8, "tokens each session generates after its prompt");
 ABSL_FLAG(int, max_sessions, 4096, "stop counting here even if the daemon keeps admitting");
+ABSL_FLAG(std::string, metrics, "",
+          "the daemon's --metrics_listen (127.0.0.1:PORT): stop at the first KV preemption (paged KV)");
 
 namespace {
 
@@ -43,6 +54,36 @@ std::string JsonString(const std::string& s) {
     if (static_cast<unsigned char>(c) >= 0x20) out += c;
   }
   return out + "\"";
+}
+
+// decoded_kv_preemptions_total from GET /metrics on `addr` (host:port), or -1.
+double Preemptions(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return -1;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(addr.substr(0, colon).c_str(), addr.substr(colon + 1).c_str(), &hints, &res) != 0) return -1;
+  const int fd = socket(res->ai_family, res->ai_socktype, 0);
+  const bool connected = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+  freeaddrinfo(res);
+  if (!connected) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + addr + "\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return -1;
+  }
+  std::string body;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) body.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const std::string key = "\ndecoded_kv_preemptions_total ";
+  const size_t at = body.find(key);
+  return at == std::string::npos ? -1 : std::strtod(body.c_str() + at + key.size(), nullptr);
 }
 
 }  // namespace
@@ -108,6 +149,20 @@ int main(int argc, char** argv) {
         return 1;
       }
       break;
+    }
+    if (const std::string metrics = absl::GetFlag(FLAGS_metrics); !metrics.empty()) {
+      const double preempted = Preemptions(metrics);
+      if (preempted < 0) {
+        std::fprintf(stderr, "kv_capacity_bench: no decoded_kv_preemptions_total at %s\n", metrics.c_str());
+        return 1;
+      }
+      if (preempted > 0) {
+        refusal = absl::StrCat("session ", s + 1, " took KV blocks back from an idle session (",
+                               preempted, " preemptions): the pool holds ", s, " such sessions");
+        stream->WritesDone();
+        stream->Finish();
+        break;
+      }
     }
     contexts.push_back(std::move(ctx));
     held.push_back(std::move(stream));

@@ -3,7 +3,10 @@
 build/server/decoded --kv_budget_mb B --context_length C is started and
 bench/kv_capacity_bench opens sessions that each fill C tokens of context
 (prompt + 8 generated tokens) and stay open, until the daemon refuses one
-with RESOURCE_EXHAUSTED. Prints sessions held and sessions per GiB, with the
+with RESOURCE_EXHAUSTED (a contiguous cache per session, --kv_block_tokens=0)
+or, with paged KV, until a session's turn made the daemon take blocks back
+from an idle one (decoded_kv_preemptions_total, scraped from the daemon's
+metrics). Prints sessions held and sessions per GiB, with the
 KV bytes one such session needs from the model's geometry (for comparison:
 n_layers x C x (K + V floats per token) x bytes per element).
 
@@ -17,7 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon import cpu_model_name, running_daemon  # noqa: E402
+from daemon import cpu_model_name, free_port, running_daemon  # noqa: E402
 
 
 def main():
@@ -31,11 +34,13 @@ def main():
                     help="an extra flag for the daemon, e.g. --daemon-flag=--kv_type=f16 (repeatable)")
     ap.add_argument("--json", help="also write the report (JSON) to this file")
     args = ap.parse_args()
+    metrics = f"127.0.0.1:{free_port()}"
     flags = [f"--threads={args.threads}", "--workers=1", f"--kv_budget_mb={args.kv_budget_mb}",
-             f"--context_length={args.context}", "--max_sessions=4096"] + args.daemon_flag
+             f"--context_length={args.context}", "--max_sessions=4096", f"--metrics_listen={metrics}"] + args.daemon_flag
     with running_daemon(args.build, args.model, flags) as (addr, log_tail):
         out = subprocess.run([os.path.join(args.build, "bench", "kv_capacity_bench"), f"--server={addr}",
-                              f"--context_tokens={args.context}"], capture_output=True, text=True)
+                              f"--context_tokens={args.context}", f"--metrics={metrics}"],
+                             capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"kv_capacity_bench failed: {out.stderr[-2000:]}\n{log_tail()}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
