@@ -126,6 +126,20 @@ void KvPool::Give(absl::Span<const int32_t> blocks) {
   }
 }
 
+int32_t KvPool::FreedByGiving(absl::Span<const int32_t> blocks) const {
+  absl::flat_hash_map<int32_t, int32_t> given;  // block -> references among `blocks`
+  for (const int32_t b : blocks) {
+    if (b >= 0 && b < n_blocks_) ++given[b];
+  }
+  absl::MutexLock lock(&mu_);
+  int32_t freed = 0;
+  for (const auto& [b, n] : given) {
+    const int32_t refs = refs_[static_cast<size_t>(b)];
+    if (refs > 0 && n >= refs) ++freed;
+  }
+  return freed;
+}
+
 void KvPool::Trim() {
   absl::MutexLock trim_lock(&trim_mu_);
   std::vector<int32_t> discard;

@@ -86,6 +86,12 @@ class KvPool {
   absl::Status Take(int32_t n, std::vector<int32_t>* out) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops one reference of each block (ids from Take).
   void Give(absl::Span<const int32_t> blocks) ABSL_LOCKS_EXCLUDED(mu_);
+  // How many blocks Give(blocks) would free now: the distinct blocks of
+  // `blocks` whose every reference is among them (a block that appears
+  // once but that another cache also reads stays taken). What preemption
+  // can win by taking a set of caches' blocks back, shared prefixes counted
+  // once and only where no other cache reads them.
+  int32_t FreedByGiving(absl::Span<const int32_t> blocks) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Gives the memory of the free blocks that were used since the last call
   // back to the backend (Backend::Discard: on the CPU, their pages to the

@@ -63,6 +63,14 @@ class RealServingModel final : public ServingModel {
     if (pool_ == nullptr) return {};
     return KvBlockCounts{pool_->block_tokens(), pool_->n_blocks(), pool_->free_blocks(), pool_->cached_free_blocks()};
   }
+  int32_t KvBlocksFreedByReleasing(absl::Span<const DecodeContext* const> contexts) const override {
+    if (pool_ == nullptr) return ServingModel::KvBlocksFreedByReleasing(contexts);
+    std::vector<int32_t> blocks;
+    for (const DecodeContext* c : contexts) {
+      for (int32_t i = 0; i < c->kv_blocks(); ++i) blocks.push_back(c->kv_block(i));
+    }
+    return pool_->FreedByGiving(blocks);
+  }
   int32_t AdoptCachedPrefix(DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const override {
     if (pool_ == nullptr) return 0;
     PrefixChain found;

@@ -441,7 +441,7 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
   // sessions whose queued turn has not started, newest turn first (they
   // would otherwise hold blocks while waiting behind this very prompt).
   std::vector<Session*> idle, unstarted;
-  int64_t reclaimable = 0;
+  std::vector<const DecodeContext*> victims;
   for (const auto& [id, other] : sessions_) {
     Session* o = other.get();
     if (o == s || o->running || o->closing || o->ctx == nullptr || o->ctx->kv_blocks() == 0) continue;
@@ -452,11 +452,13 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
     } else {
       continue;
     }
-    reclaimable += o->ctx->kv_blocks();
+    victims.push_back(o->ctx.get());
   }
   // Taking blocks back that cannot make room only makes their owners
-  // recompute: then nothing is taken, and the caller waits.
-  if (pool.free + reclaimable < need) return reserved;
+  // recompute: then nothing is taken, and the caller waits. Blocks a
+  // running session also reads (a shared prefix) would stay taken, so only
+  // what the pool would get back counts.
+  if (pool.free + model_->KvBlocksFreedByReleasing(victims) < need) return reserved;
   std::sort(idle.begin(), idle.end(), [](const Session* a, const Session* b) { return a->idle_since < b->idle_since; });
   std::sort(unstarted.begin(), unstarted.end(),
             [](const Session* a, const Session* b) { return a->turn_seq > b->turn_seq; });

@@ -101,4 +101,10 @@ absl::StatusOr<std::unique_ptr<BatchDecoder>> ServingModel::NewBatchDecoder(int3
   return std::unique_ptr<BatchDecoder>(new SequentialBatchDecoder(max_batch, max_step_tokens));
 }
 
+int32_t ServingModel::KvBlocksFreedByReleasing(absl::Span<const DecodeContext* const> contexts) const {
+  int32_t n = 0;
+  for (const DecodeContext* c : contexts) n += c->kv_blocks();
+  return n;
+}
+
 }  // namespace decoded::serving

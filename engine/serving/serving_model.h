@@ -77,6 +77,11 @@ class ServingModel {
   // Paged KV: the pool of blocks the contexts from NewContext share, now.
   // block_tokens == 0 when each context reserves a contiguous cache.
   virtual KvBlockCounts kv_blocks() const { return {}; }
+  // Paged KV: the pool blocks that would be free once every context of
+  // `contexts` gave its blocks back (KvPool::FreedByGiving): a block they
+  // share counts once, a block another context also reads not at all. The
+  // default (no sharing) sums their kv_blocks().
+  virtual int32_t KvBlocksFreedByReleasing(absl::Span<const DecodeContext* const> contexts) const;
   // Gives the memory of KV blocks freed since the last call back
   // (KvPool::Trim); the scheduler's trimmer calls it after sessions go.
   virtual void TrimKv() const {}

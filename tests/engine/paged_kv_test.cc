@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/engine_counters.h"
+#include "engine/kv_pool.h"
 #include "engine/runtime.h"
 #include "gtest/gtest.h"
 #include "tests/common/family_fixtures.h"
@@ -118,6 +119,44 @@ TEST(PagedKvTest, AContextHoldsTheBlocksOfItsLiveLength) {
   }
   EXPECT_EQ((*pool)->used_blocks(), 0);
   EXPECT_EQ(GetEngineCounters().kv_bytes, before);
+}
+
+// What preemption counts as reclaimable: a block is freed by giving a set
+// of references back only when no reference is left outside the set, and a
+// block the set names twice counts once.
+TEST(PagedKvTest, FreedByGivingCountsSharedBlocksOnceAndOnlyWhenNoOtherReaderIsLeft) {
+  Loaded l = LoadFixture();
+  ASSERT_NE(l.model, nullptr);
+  auto made = l.model->NewKvPool(/*block_tokens=*/4, /*n_blocks=*/8);
+  ASSERT_TRUE(made.ok()) << made.status();
+  KvPool& pool = **made;
+  // A holds 3 blocks, the first two registered as a prefix; B maps those
+  // two (LookupPrefix: a reference each) and takes one of its own.
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(pool.Take(3, &a).ok());
+  const std::vector<int32_t> tokens = Ids(8);
+  const KvPool::PrefixBlock first = pool.RegisterPrefix(a[0], {}, absl::MakeConstSpan(tokens).first(4));
+  pool.RegisterPrefix(a[1], first, absl::MakeConstSpan(tokens).subspan(4, 4));
+  std::vector<KvPool::PrefixBlock> found;
+  pool.LookupPrefix(tokens, &found);
+  ASSERT_EQ(found.size(), 2u);
+  for (const KvPool::PrefixBlock& f : found) b.push_back(f.block);
+  ASSERT_TRUE(pool.Take(1, &b).ok());
+  ASSERT_EQ(pool.used_blocks(), 4);
+
+  EXPECT_EQ(pool.FreedByGiving(a), 1) << "B still reads A's first two blocks";
+  EXPECT_EQ(pool.FreedByGiving(b), 1);
+  std::vector<int32_t> both = a;
+  both.insert(both.end(), b.begin(), b.end());
+  EXPECT_EQ(pool.FreedByGiving(both), 4) << "the shared blocks count once";
+  EXPECT_EQ(pool.FreedByGiving({a[2], a[2]}), 1);
+  EXPECT_EQ(pool.FreedByGiving({}), 0);
+  EXPECT_EQ(pool.FreedByGiving({-1, 99}), 0);  // not blocks of this pool
+  pool.Give(a);
+  EXPECT_EQ(pool.FreedByGiving(b), 3) << "B is their last reader now";
+  pool.Give(b);
+  EXPECT_EQ(pool.used_blocks(), 0);
+  EXPECT_EQ(pool.FreedByGiving(a), 0) << "free blocks have nothing to give";
 }
 
 TEST(PagedKvTest, ADryPoolRefusesTheStepAndWritesNothing) {

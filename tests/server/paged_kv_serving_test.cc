@@ -15,6 +15,8 @@
 //     (no busy-wait), and wakes when blocks come back.
 //   - After a preemption, penalties and Usage::cached_tokens see the same
 //     turn input as without it.
+//   - No preemption that cannot make room: blocks an idle session shares
+//     with a running one (a cached prefix) do not count as reclaimable.
 // Runs under ASan+UBSan in CI too.
 #include <ctime>
 #include <memory>
@@ -406,6 +408,52 @@ TEST(PagedKvServingTest, APromptWaitingForBlocksDoesNotSpinTheWorker) {
   EXPECT_EQ(sx.ids(), Alone(*roomy, x1));
   EXPECT_EQ(sy.ids(), Alone(*roomy, y1));
   for (SessionId id : {*x, *y}) CloseAndWait(*small, id);
+  EXPECT_EQ(small->Stats().kv_blocks_used, 0);
+}
+
+
+TEST(PagedKvServingTest, BlocksSharedWithARunningTurnAreNotTakenBackForNothing) {
+  // One event of credit per session. A (30 tokens, 2 generated) ends idle
+  // holding 8 blocks, 7 of them registered. B's prompt starts with A's 30
+  // tokens: it maps those 7 blocks, computes 1 more, streams its first token
+  // and waits for its client. 16 - 9 = 7 blocks are free; C's 36 tokens
+  // need 9. Taking A's blocks back would free only its last one (B reads the
+  // other 7): A must not be preempted, and C waits for B instead.
+  std::unique_ptr<Engine> roomy = MakeEngine(0, 3);
+  std::unique_ptr<Engine> small = MakeEngine(kContext / kBlock, 3, 32, 1);
+  ASSERT_NE(roomy, nullptr);
+  ASSERT_NE(small, nullptr);
+  const std::vector<int32_t> shared = Prompt(30, 41);
+  std::vector<int32_t> b_prompt = shared;
+  b_prompt.push_back(7);
+  b_prompt.push_back(9);
+  const TurnRequest a1 = Tokens(shared, 2), b1 = Tokens(b_prompt, 6), c1 = Tokens(Prompt(36, 42), 4);
+  auto a = small->OpenSession(), b = small->OpenSession(), c = small->OpenSession();
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  Sink sa, sb, sc;
+  sa.AckTokens(small.get(), *a);
+  sc.AckTokens(small.get(), *c);
+  ASSERT_TRUE(small->SubmitTurn(*a, a1, &sa).ok());
+  ASSERT_TRUE(sa.Wait());
+  ASSERT_EQ(small->Stats().kv_blocks_used, 8);
+  ASSERT_TRUE(small->SubmitTurn(*b, b1, &sb).ok());
+  ASSERT_TRUE(sb.WaitEntered());
+  ASSERT_EQ(small->Stats().kv_blocks_used, 9) << "B maps A's cached blocks";
+  ASSERT_TRUE(small->SubmitTurn(*c, c1, &sc).ok());
+  absl::SleepFor(absl::Milliseconds(300));  // C's pick found no room
+  EXPECT_EQ(small->Stats().turns_waiting, 1);
+  EXPECT_EQ(small->Stats().kv_preemptions, 0) << "A's blocks were taken back though B reads most of them";
+  // B's client reads on: B's turn ends, and C gets its blocks (from A and
+  // B, idle now, whose shared blocks are then reclaimable).
+  sb.AckTokens(small.get(), *b);
+  small->EventsConsumed(*b, 1);
+  ASSERT_TRUE(sb.Wait());
+  ASSERT_TRUE(sc.Wait());
+  EXPECT_EQ(sb.end().reason, FinishReason::kLength) << sb.end().error;
+  EXPECT_EQ(sc.end().reason, FinishReason::kLength) << sc.end().error;
+  EXPECT_EQ(sb.ids(), Alone(*roomy, b1));
+  EXPECT_EQ(sc.ids(), Alone(*roomy, c1));
+  for (SessionId id : {*a, *b, *c}) CloseAndWait(*small, id);
   EXPECT_EQ(small->Stats().kv_blocks_used, 0);
 }
 
