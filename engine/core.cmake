@@ -25,5 +25,5 @@ target_link_libraries(decoded_core PUBLIC decoded_base decoded_gguf decoded_quan
 # The f32 op kernels, once per instruction-set tier (cmake/DecodedIsa.cmake);
 # cpu/kernels.cc forwards to the tier selected at run time.
 decoded_add_isa_objects(decoded_core
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu/kernels_isa.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu/kernels_isa.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/attention_isa.cc
   LIBRARIES decoded_base absl::function_ref)

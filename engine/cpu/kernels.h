@@ -87,9 +87,11 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
 // (v_stride == v_dim for a V slot; the K pool and v_stride == k_dim when the
 // value lives inside the K row, MLA's latent). Keys go in position order, so
 // the result does not depend on the block size or on which blocks hold them. v_dim <= kMaxValueDim. softcap > 0 applies
-// cap * tanh(score / cap) to the scaled scores (Gemma 2). Each (row, head) is
-// computed by one thread in a fixed order: a row's output does not depend on
-// seq, on the other rows, or on the thread count.
+// cap * tanh(score / cap) to the scaled scores (Gemma 2). Keys go in tiles of
+// 16 at absolute positions, flash-attention style (engine/cpu/attention_isa.cc);
+// each (row, head) is computed by one thread in a fixed order: a row's output
+// depends only on its q row and key range, not on seq, the other rows, the
+// block size or the thread count.
 inline constexpr int32_t kMaxValueDim = 1024;
 // Largest k_dim of a cache that is not f32 (its key rows are decoded on the stack).
 inline constexpr int32_t kMaxKeyDim = 4096;

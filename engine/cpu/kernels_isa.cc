@@ -1,9 +1,10 @@
 // The f32 op kernels of kernels.h, compiled once per tier of engine/cpu_isa.h
 // into namespace cpu::<tier> (kernels_isa.h). Plain C++ that the compiler
 // vectorizes for the tier's -march: the fixed 16-lane partial sums keep the
-// summation order the same on every tier, and each tier contracts a*b+c into
-// an FMA where it has FMA (avx2 and avx512vnni agree bit for bit; scalar
-// rounds separately).
+// summation order the same on every tier, and nothing is contracted into an
+// FMA (-ffp-contract=off, CMakeLists.txt), so these kernels give the same bits
+// on every tier and at every -O level. The attention kernel is in
+// attention_isa.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -55,33 +56,6 @@ inline float ExpF(float x) { return ExpPoly(std::min(std::max(x, -87.0f), 88.0f)
 inline float TanhF(float u) {
   const float e = ExpF(-2.0f * std::fabs(u));
   return std::copysign((1.0f - e) / (1.0f + e), u);
-}
-
-// The first n elements of a KV cache row of `type` (engine/kv_layout.h) as
-// f32: the row itself for f32, else its exact decoding into `buf` (fp16 ->
-// f32 is exact; q8_0 is d * q per element, ggml's dequantize_row_q8_0).
-inline const float* KvRowAsF32(DType type, const uint8_t* row, int32_t n, float* buf) {
-  namespace qi = quant::internal;
-  if (type == DType::kF16) {
-    int32_t i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))));
-    }
-#endif
-    for (; i < n; ++i) buf[i] = qi::HalfToFloat(qi::LoadU16(row + 2 * i));
-    return buf;
-  }
-  if (type == DType::kQ8_0) {
-    for (int32_t b = 0; b < n / 32; ++b) {
-      const uint8_t* blk = row + 34 * b;
-      const float d = qi::HalfToFloat(qi::LoadU16(blk));
-      const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
-      for (int32_t j = 0; j < 32; ++j) buf[32 * b + j] = d * static_cast<float>(q[j]);
-    }
-    return buf;
-  }
-  return reinterpret_cast<const float*>(row);
 }
 
 // GELU, tanh approximation (HF gelu_pytorch_tanh / gelu_new; ggml_gelu_f32's
@@ -250,62 +224,6 @@ void RopeAdjacent(const float* x, const float* cos, const float* sin, float* out
       o[2 * i + 1] = x0 * s[i] + x1 * c[i];
     }
     for (int32_t d = rot_dim; d < head_dim; ++d) o[d] = xs[d];
-  }
-}
-
-void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, int64_t kv_row_stride, int32_t layer,
-               float* out, int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim,
-               int32_t v_stride, float scale, float softcap, int ith, int nth) {
-  const int32_t group = n_heads / n_kv_heads;
-  const int64_t items = seq * n_heads;
-  int64_t b, e;
-  Share(items, ith, nth, &b, &e);
-  float acc[kMaxValueDim];
-  float vbuf[kMaxValueDim];
-  float kbuf[kMaxKeyDim];  // a decoded f16 / q8_0 key row
-  for (int64_t it = b; it < e; ++it) {
-    const int64_t t = it / n_heads;
-    const int32_t h = static_cast<int32_t>(it % n_heads);
-    const int32_t kvh = h / group;
-    const float* qh = q + it * k_dim;
-    const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t, layer);
-    const int32_t bt = cache.block_tokens;
-    const DType type = cache.type;
-    const int64_t k_rb = KvRowBytes(type, k_dim), v_rb = KvRowBytes(type, v_stride);
-    const int32_t lo = bounds[2 * t];
-    const int32_t hi = bounds[2 * t + 1];
-    float m = -std::numeric_limits<float>::infinity();
-    float l = 0.0f;
-    std::fill(acc, acc + v_dim, 0.0f);
-    // Keys in position order, a block at a time: the same arithmetic in the
-    // same order whatever the block size, so paged and contiguous caches
-    // give the same bytes.
-    for (int32_t j0 = lo; j0 < hi;) {
-      const int32_t block = cache.block_of(j0);
-      const int32_t in_block = j0 % bt;
-      const int32_t j1 = std::min(hi, j0 - in_block + bt);
-      const uint8_t* kb = cache.k + cache.block_base(block, kvh, n_kv_heads, k_rb) + in_block * k_rb;
-      const uint8_t* vb = cache.v + cache.block_base(block, kvh, n_kv_heads, v_rb) + in_block * v_rb;
-      for (int32_t j = j0; j < j1; ++j, kb += k_rb, vb += v_rb) {
-        float s = DotF32(qh, KvRowAsF32(type, kb, k_dim, kbuf), k_dim) * scale;
-        if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);
-        const float* vj = KvRowAsF32(type, vb, v_dim, vbuf);
-        if (s > m) {
-          const float corr = std::exp(m - s);  // 0 on the first key
-          for (int32_t d = 0; d < v_dim; ++d) acc[d] = acc[d] * corr + vj[d];
-          l = l * corr + 1.0f;
-          m = s;
-        } else {
-          const float p = std::exp(s - m);
-          for (int32_t d = 0; d < v_dim; ++d) acc[d] += p * vj[d];
-          l += p;
-        }
-      }
-      j0 = j1;
-    }
-    float* o = out + it * v_dim;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int32_t d = 0; d < v_dim; ++d) o[d] = acc[d] * inv;
   }
 }
 

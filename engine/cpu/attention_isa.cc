@@ -1,0 +1,377 @@
+// The attention kernel of kernels.h, compiled once per tier of
+// engine/cpu_isa.h (as kernels_isa.cc).
+//
+// Flash-attention's loop on a CPU (Dao et al. 2022; the online softmax of
+// Milakov & Gimelshein 2018): keys go in tiles of 16 at absolute positions
+// (multiples of 16), and each tile is one vector step for a query: 16 scores,
+// one rescale of the running sums, 16 exponentials in one vector, then the
+// weighted values. A work item is a few query vectors of one kv head (GQA's
+// heads that share it, and consecutive rows of one cache: a prefill span), so
+// each key and value tile is decoded once and read from L1 by all of them.
+//
+// Exactness: a query vector's arithmetic depends only on its own q row and
+// key range, never on the item it shares (tiles sit at absolute positions,
+// its own lanes are masked, the others' rows never enter its sums), on the
+// chunk, batch, block size or thread count. So D1, held plans, batches,
+// mixed steps and paged caches give the same bytes, as the serving tests
+// require. Its operations are engine/cpu/simd16.h's, fixed per tier and
+// independent of the optimization level.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/kernels_isa.h"
+#include "engine/cpu/simd16.h"
+#include "engine/kv_layout.h"
+#include "engine/kv_rows.h"
+#include "engine/quant/blocks.h"
+
+namespace decoded::cpu::DECODED_ISA_NS {
+namespace {
+
+using simd::F32x16;
+
+constexpr int32_t kTile = 16;        // keys per tile (the lanes of F32x16)
+constexpr int32_t kItemVectors = 16;  // most query vectors (row, head) in one work item
+// Items of at least this many vectors decode each K and V tile once into f32;
+// smaller ones read f32 / f16 rows straight from the cache.
+constexpr int32_t kDecodeOnceVectors = 4;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline int32_t RoundUp16(int32_t n) { return (n + 15) / 16 * 16; }
+
+// a * b + c as simd16.h's Fma (fused on the FMA tiers whatever the -O level:
+// plain a * b + c would be contracted at -O2 and not at -O1).
+inline float ScalarFma(float a, float b, float c) {
+  return simd::Lane0(simd::Fma(simd::Set1(a), simd::Set1(b), simd::Set1(c)));
+}
+
+// The first n elements of a KV row of `type` as f32 into buf (exact: f16 ->
+// f32 is exact; q8_0 is d * q per element, ggml's dequantize_row_q8_0).
+void DecodeKvRow(DType type, const uint8_t* row, int32_t n, float* buf) {
+  namespace qi = quant::internal;
+  if (type == DType::kF16) {
+    int32_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))));
+    }
+#endif
+    for (; i < n; ++i) buf[i] = qi::HalfToFloat(qi::LoadU16(row + 2 * i));
+  } else if (type == DType::kQ8_0) {
+    for (int32_t b = 0; b < n / 32; ++b) {
+      const uint8_t* blk = row + 34 * b;
+      const float d = qi::HalfToFloat(qi::LoadU16(blk));
+      const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+      for (int32_t j = 0; j < 32; ++j) buf[32 * b + j] = d * static_cast<float>(q[j]);
+    }
+  } else {
+    std::memcpy(buf, row, static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+// A tile's 16 key or value rows, row jj at base + jj * stride bytes, of
+// elements E: float (f32), or uint16_t (IEEE half, read and widened
+// exactly in the loop). Either straight from the cache, where the tile lies
+// in one block and every row is needed, or a decoded f32 copy (TileBuffer).
+template <typename E>
+struct TileRows {
+  const uint8_t* base;
+  int64_t stride;
+  const E* row(int32_t jj) const { return reinterpret_cast<const E*>(base + jj * stride); }
+};
+
+inline F32x16 LoadRow(const float* p) { return simd::Load(p); }
+inline F32x16 LoadRow(const uint16_t* p) { return simd::LoadHalf(p); }
+
+// The f32 copy of a tile's rows: [16, padded width], zeros past the width
+// and in the rows of positions no vector reads.
+class TileBuffer {
+ public:
+  void Reset(int32_t width) {
+    width_ = width;
+    padded_ = RoundUp16(width);
+    if (buf_.size() < static_cast<size_t>(kTile * padded_)) buf_.resize(static_cast<size_t>(kTile * padded_));
+  }
+  int32_t padded() const { return padded_; }
+  void Set(int32_t jj, DType type, const uint8_t* row) {
+    float* b = Row(jj);
+    DecodeKvRow(type, row, width_, b);
+    std::fill(b + width_, b + padded_, 0.0f);
+  }
+  void SetZero(int32_t jj) { std::fill(Row(jj), Row(jj) + padded_, 0.0f); }
+  TileRows<float> rows() const {
+    return {reinterpret_cast<const uint8_t*>(buf_.data()), static_cast<int64_t>(padded_) * 4};
+  }
+
+ private:
+  float* Row(int32_t jj) { return buf_.data() + static_cast<size_t>(jj) * padded_; }
+  int32_t width_ = 0, padded_ = 0;
+  std::vector<float> buf_;
+};
+
+struct Scratch {
+  TileBuffer k, v;
+  std::vector<float> acc;  // [kItemVectors, padded v_dim]
+};
+
+Scratch& ThreadScratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+// One query vector's running state.
+struct QueryState {
+  const float* q = nullptr;
+  float* out = nullptr;
+  float* acc = nullptr;  // padded v_dim
+  int32_t lo = 0, hi = 0;
+  float m = kNegInf, l = 0.0f;
+};
+
+// q . k for the 16 keys of a tile into lane j: per key, 16 partial sums
+// (lane l of the width takes elements l, l + 16, ...: one FMA chain), then
+// ReduceSum16's tree. Rows are `chunks` x 16 wide; q's last chunk holds
+// k_dim - 16 (chunks - 1) elements (the rows are zero past k_dim). KC > 0
+// fixes chunks at compile time, so q's chunks stay in registers.
+template <int KC, typename E>
+F32x16 TileScores(const float* q, TileRows<E> rows, int32_t chunks, int32_t k_dim) {
+  if constexpr (KC > 0) chunks = KC;
+  F32x16 qv[KC > 0 ? KC : 1];
+  if constexpr (KC > 0) {
+    for (int32_t c = 0; c < KC; ++c) qv[c] = simd::Load(q + 16 * c);
+  }
+  F32x16 acc[kTile];
+  for (int32_t jj = 0; jj < kTile; ++jj) {
+    const E* r = rows.row(jj);
+    F32x16 a = simd::Set1(0.0f);
+    for (int32_t c = 0; c < chunks; ++c) {
+      F32x16 qc;
+      if constexpr (KC > 0) {
+        qc = qv[c];
+      } else {
+        qc = 16 * c + 16 <= k_dim ? simd::Load(q + 16 * c) : simd::LoadFirst(q + 16 * c, k_dim - 16 * c);
+      }
+      a = simd::Fma(qc, LoadRow(r + 16 * c), a);
+    }
+    acc[jj] = a;
+  }
+  return simd::ReduceSum16(acc);
+}
+
+template <typename E>
+F32x16 TileScoresAnyWidth(const float* q, TileRows<E> rows, int32_t chunks, int32_t k_dim) {
+  if (k_dim == 16 * chunks) {  // the common head sizes: q in registers
+    if (chunks == 4) return TileScores<4>(q, rows, chunks, k_dim);
+    if (chunks == 8) return TileScores<8>(q, rows, chunks, k_dim);
+  }
+  return TileScores<0>(q, rows, chunks, k_dim);
+}
+
+// acc[0, 16 chunks) = acc * corr + sum over keys [a, b) of p[jj] * v[jj], in
+// key order per element; four chunks at a time (independent chains).
+template <typename E>
+void AccumulateValues(float* acc, float corr, const float* p, int32_t a, int32_t b, TileRows<E> rows,
+                      int32_t chunks) {
+  const F32x16 c = simd::Set1(corr);
+  // acc * 1 is acc: the multiply is skipped then, bits unchanged.
+  auto scaled = [&](const float* x) { return corr == 1.0f ? simd::Load(x) : simd::Mul(simd::Load(x), c); };
+  int32_t d = 0;
+  const int32_t padded = 16 * chunks;
+  for (; d + 64 <= padded; d += 64) {
+    F32x16 a0 = scaled(acc + d), a1 = scaled(acc + d + 16), a2 = scaled(acc + d + 32), a3 = scaled(acc + d + 48);
+    for (int32_t jj = a; jj < b; ++jj) {
+      const F32x16 pj = simd::Set1(p[jj]);
+      const E* vj = rows.row(jj) + d;
+      a0 = simd::Fma(pj, LoadRow(vj), a0);
+      a1 = simd::Fma(pj, LoadRow(vj + 16), a1);
+      a2 = simd::Fma(pj, LoadRow(vj + 32), a2);
+      a3 = simd::Fma(pj, LoadRow(vj + 48), a3);
+    }
+    simd::Store(acc + d, a0);
+    simd::Store(acc + d + 16, a1);
+    simd::Store(acc + d + 32, a2);
+    simd::Store(acc + d + 48, a3);
+  }
+  for (; d < padded; d += 16) {
+    F32x16 a0 = scaled(acc + d);
+    for (int32_t jj = a; jj < b; ++jj) a0 = simd::Fma(simd::Set1(p[jj]), LoadRow(rows.row(jj) + d), a0);
+    simd::Store(acc + d, a0);
+  }
+}
+
+struct Geometry {
+  int32_t n_heads, n_kv_heads, group, k_dim, v_dim, v_stride;
+  float scale, softcap;
+};
+
+// Rows [t0, t1) (one cache) x query heads [h0, h1) (one kv head).
+void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, float* out, int32_t t0, int32_t t1,
+             int32_t h0, int32_t h1, const Geometry& g, Scratch& s) {
+  const int32_t kvh = h0 / g.group;
+  const int32_t v_padded = RoundUp16(g.v_dim);
+  QueryState st[kItemVectors];
+  int32_t n = 0;
+  int32_t lo_all = std::numeric_limits<int32_t>::max(), hi_all = 0;
+  for (int32_t t = t0; t < t1; ++t) {
+    for (int32_t h = h0; h < h1; ++h, ++n) {
+      QueryState& v = st[n];
+      v.q = q + (int64_t{t} * g.n_heads + h) * g.k_dim;
+      v.out = out + (int64_t{t} * g.n_heads + h) * g.v_dim;
+      v.acc = s.acc.data() + static_cast<size_t>(n) * v_padded;
+      std::fill(v.acc, v.acc + v_padded, 0.0f);
+      v.lo = bounds[2 * t];
+      v.hi = bounds[2 * t + 1];
+      if (v.lo < v.hi) {
+        lo_all = std::min(lo_all, v.lo);
+        hi_all = std::max(hi_all, v.hi);
+      }
+    }
+  }
+  const DType type = cache.type;
+  const int64_t k_rb = KvRowBytes(type, g.k_dim), v_rb = KvRowBytes(type, g.v_stride);
+  const int32_t bt = cache.block_tokens;
+  const int32_t k_chunks = RoundUp16(g.k_dim) / 16, v_chunks = v_padded / 16;
+  // Rows are read straight from the cache where that is cheaper than a
+  // decoded copy: f32 or f16 rows of whole chunks, for items of few vectors
+  // (a decode step's); an item of many (a prefill span's) decodes each tile
+  // once. Either way the values are the same.
+  const bool direct_ok = (type == DType::kF32 || type == DType::kF16) && g.k_dim % 16 == 0 && g.v_dim % 16 == 0 &&
+                         n < kDecodeOnceVectors;
+  float p[kTile];
+  for (int32_t base = lo_all / kTile * kTile; base < hi_all; base += kTile) {
+    // The positions of this tile some vector reads.
+    int32_t need_lo = base + kTile, need_hi = base;
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t a = std::max(st[i].lo, base), b = std::min(st[i].hi, base + kTile);
+      if (a < b) {
+        need_lo = std::min(need_lo, a);
+        need_hi = std::max(need_hi, b);
+      }
+    }
+    if (need_lo >= need_hi) continue;
+    auto row_at = [&](int32_t pos, const uint8_t* pool, int64_t rb) {
+      return pool + cache.block_base(cache.block_of(pos), kvh, g.n_kv_heads, rb) + (pos % bt) * rb;
+    };
+    const bool direct = direct_ok && need_lo == base && need_hi == base + kTile && base % bt + kTile <= bt;
+    TileRows<float> kf{}, vf{};
+    TileRows<uint16_t> kh{}, vh{};
+    if (direct) {
+      if (type == DType::kF32) {
+        kf = {row_at(base, cache.k, k_rb), k_rb};
+        vf = {row_at(base, cache.v, v_rb), v_rb};
+      } else {
+        kh = {row_at(base, cache.k, k_rb), k_rb};
+        vh = {row_at(base, cache.v, v_rb), v_rb};
+      }
+    } else {
+      for (int32_t jj = 0; jj < kTile; ++jj) {
+        const int32_t pos = base + jj;
+        if (pos < need_lo || pos >= need_hi) {
+          s.k.SetZero(jj);
+          s.v.SetZero(jj);
+        } else {
+          s.k.Set(jj, type, row_at(pos, cache.k, k_rb));
+          s.v.Set(jj, type, row_at(pos, cache.v, v_rb));
+        }
+      }
+      kf = s.k.rows();
+      vf = s.v.rows();
+    }
+    const bool half = direct && type == DType::kF16;
+    for (int32_t i = 0; i < n; ++i) {
+      QueryState& v = st[i];
+      const int32_t a = std::max(v.lo, base) - base, b = std::min(v.hi, base + kTile) - base;
+      if (a >= b) continue;
+      F32x16 sc = half ? TileScoresAnyWidth(v.q, kh, k_chunks, g.k_dim) : TileScoresAnyWidth(v.q, kf, k_chunks, g.k_dim);
+      sc = simd::Mul(sc, simd::Set1(g.scale));
+      if (g.softcap > 0.0f) {
+        float lanes[kTile];
+        simd::Store(lanes, sc);
+        for (float& x : lanes) x = g.softcap * std::tanh(x / g.softcap);
+        sc = simd::Load(lanes);
+      }
+      sc = simd::KeepLanes(sc, a, b, kNegInf);
+      const float m_new = std::max(v.m, simd::ReduceMax(sc));
+      if (m_new == kNegInf) continue;  // every score -inf: nothing to add
+      // The running sums' rescale (0 on the first tile: m = -inf; exactly 1,
+      // and skipped, while the maximum stays) and the tile's weights, each
+      // through the same vector exp.
+      const float corr = m_new == v.m ? 1.0f : simd::Lane0(simd::ExpNonPositive(simd::Set1(v.m - m_new)));
+      const F32x16 w = simd::ExpNonPositive(simd::Sub(sc, simd::Set1(m_new)));
+      simd::Store(p, w);
+      v.l = ScalarFma(v.l, corr, simd::ReduceSum(w));
+      v.m = m_new;
+      if (half) {
+        AccumulateValues(v.acc, corr, p, a, b, vh, v_chunks);
+      } else {
+        AccumulateValues(v.acc, corr, p, a, b, vf, v_chunks);
+      }
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    const QueryState& v = st[i];
+    const F32x16 inv = simd::Set1(v.l > 0.0f ? 1.0f / v.l : 0.0f);
+    int32_t d = 0;
+    for (; d + 16 <= g.v_dim; d += 16) simd::Store(v.out + d, simd::Mul(simd::Load(v.acc + d), inv));
+    if (d < g.v_dim) simd::StoreFirst(v.out + d, simd::Mul(simd::Load(v.acc + d), inv), g.v_dim - d);
+  }
+}
+
+// Rows t and u address the same cache in `layer` (the same geometry, block
+// table and pools: engine/kv_rows.h).
+bool SameCache(const int64_t* kv_rows, int64_t stride, int64_t t, int64_t u, int32_t layer) {
+  const int64_t* a = kv_rows + t * stride;
+  const int64_t* b = kv_rows + u * stride;
+  return std::equal(a, a + 4, b) && a[4 + 2 * layer] == b[4 + 2 * layer] && a[5 + 2 * layer] == b[5 + 2 * layer];
+}
+
+}  // namespace
+
+void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, int64_t kv_row_stride, int32_t layer,
+               float* out, int64_t seq, int32_t n_heads, int32_t n_kv_heads, int32_t k_dim, int32_t v_dim,
+               int32_t v_stride, float scale, float softcap, int ith, int nth) {
+  const Geometry g{n_heads, n_kv_heads, n_heads / n_kv_heads, k_dim, v_dim, v_stride, scale, softcap};
+  // Item shape: all of a kv head's query heads and as many rows as fill
+  // kItemVectors, halved (rows first) until there are items enough to keep
+  // every thread busy (a decode step of one row is n_heads items of one
+  // vector). The shape changes only which vectors share tile loads.
+  int32_t heads = std::min(g.group, kItemVectors);
+  int32_t rows = std::max(1, kItemVectors / heads);
+  auto item_count = [&] {
+    return (seq + rows - 1) / rows * n_kv_heads * ((g.group + heads - 1) / heads);
+  };
+  while (item_count() < 4 * nth && (rows > 1 || heads > 1)) {
+    if (rows > 1) {
+      rows /= 2;
+    } else {
+      heads = (heads + 1) / 2;
+    }
+  }
+  Scratch& s = ThreadScratch();
+  s.k.Reset(k_dim);
+  s.v.Reset(v_dim);
+  const size_t acc_floats = static_cast<size_t>(kItemVectors) * RoundUp16(v_dim);
+  if (s.acc.size() < acc_floats) s.acc.resize(acc_floats);
+  // Items go round-robin over the threads: neighbouring items cost about the
+  // same (a prefill span's later rows attend over more keys).
+  int64_t item = 0;
+  for (int64_t t0 = 0, t1 = 0; t0 < seq; t0 = t1) {
+    t1 = t0 + 1;
+    while (t1 < seq && t1 - t0 < rows && SameCache(kv_rows, kv_row_stride, t0, t1, layer)) ++t1;
+    const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t0, layer);
+    for (int32_t kvh = 0; kvh < n_kv_heads; ++kvh) {
+      for (int32_t h0 = kvh * g.group; h0 < (kvh + 1) * g.group; h0 += heads, ++item) {
+        if (item % nth != ith) continue;
+        const int32_t h1 = std::min(h0 + heads, (kvh + 1) * g.group);
+        RunItem(q, bounds, cache, out, static_cast<int32_t>(t0), static_cast<int32_t>(t1), h0, h1, g, s);
+      }
+    }
+  }
+}
+
+}  // namespace decoded::cpu::DECODED_ISA_NS
