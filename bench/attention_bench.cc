@@ -64,8 +64,8 @@ void Run(benchmark::State& state, HeadGeometry g) {
   std::vector<int32_t> bounds;
   int64_t pairs = 0;
   for (int32_t r = 0; r < rows; ++r) {
-    for (int64_t x : {int64_t{ctx}, int64_t{ctx}, static_cast<int64_t>(type), addr(table), addr(k.data()),
-                      addr(v.data())}) {
+    for (int64_t x : {int64_t{ctx}, int64_t{ctx}, static_cast<int64_t>(type), int64_t{0}, addr(table),
+                      addr(k.data()), addr(v.data())}) {
       kv_rows.push_back(x);
     }
     const int32_t hi = ctx - rows + r + 1;

@@ -8,6 +8,7 @@ add_library(decoded_core
   ${CMAKE_CURRENT_LIST_DIR}/cpu/kernels.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cc
+  ${CMAKE_CURRENT_LIST_DIR}/kv_groups.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_counters.cc
   ${CMAKE_CURRENT_LIST_DIR}/rope_yarn.cc

@@ -1,16 +1,20 @@
 // The KV cache of one decode session: the positions it has cached, in blocks
-// of a KvPool (engine/kv_pool.h) named by its block table.
+// of a KvPool (engine/kv_pool.h) named by its block tables, one per layer
+// group (engine/kv_groups.h).
 //
 // Two kinds, one addressing (engine/kv_rows.h):
-//   Create       a contiguous cache: a private pool of one block of
-//                `capacity` positions, taken at creation. Per layer K
-//                [n_kv_heads, capacity, k_dim] and V the same with v_dim, or
+//   Create       a contiguous cache: a private pool of one group and one
+//                block of `capacity` positions, taken at creation. Per layer
+//                K [n_kv_heads, capacity, k_dim] and V the same with v_dim, or
 //                no V buffer when the layout keeps the value inside the K row
 //                (v_in_k: MLA's latent), rows of the layout's KV type;
 //                bytes = n_layers * capacity * layout.bytes_per_token().
 //   CreatePaged  a cache over a shared pool: it holds the blocks its length
 //                needs (Reserve takes them), gives back those past a
-//                Truncate, and all of them when it goes. bytes() = its blocks.
+//                Truncate, and all of them when it goes. A sliding-window
+//                group also gives back the blocks that fell out of its
+//                window: every Reserve first frees those no later query can
+//                read. bytes() = its blocks.
 //
 // Identity: allocation_id() is drawn from a process-wide counter that never
 // repeats, so a step can tell two rows of one cache from rows of two caches
@@ -61,8 +65,11 @@ class KvCache {
   int32_t cached_len() const { return cached_len_; }
   uint64_t allocation_id() const { return allocation_id_; }
   int32_t block_tokens() const { return pool_->block_tokens(); }
-  // Blocks this cache holds, and the positions they map (<= capacity).
-  int32_t held_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  int32_t n_groups() const { return pool_->groups().n_groups(); }
+  // Blocks this cache holds (all groups), and the positions they map: every
+  // group's table covers [0, mapped_len()) but for a sliding group's blocks
+  // that left its window (<= capacity).
+  int32_t held_blocks() const { return held_; }
   int32_t mapped_len() const;
   // Bytes of the blocks this cache holds (K and V, all layers).
   int64_t bytes() const { return held_blocks() * pool_->block_bytes(); }
@@ -79,10 +86,14 @@ class KvCache {
   void FillKvRow(int64_t* row) const;
 
   // Maps the blocks `n_tokens` more rows after cached_len() need, taking them
-  // from the pool. RESOURCE_EXHAUSTED (with the numbers) past capacity() or
-  // when the pool has too few free blocks; the blocks it did map stay.
-  // Every step calls this before running.
+  // from the pool, after giving back the sliding-window blocks no query at
+  // cached_len() or later reads. RESOURCE_EXHAUSTED (with the numbers) past
+  // capacity() or when the pool has too few free blocks; the blocks it did
+  // map stay. Every step calls this before running.
   absl::Status Reserve(int32_t n_tokens);
+  // The blocks Reserve(n_tokens) would take from the pool, less those it
+  // would give back first (>= 0).
+  int32_t BlocksToReserve(int32_t n_tokens) const;
   // OK if `n_tokens` more rows fit after cached_len() in mapped blocks;
   // RESOURCE_EXHAUSTED otherwise.
   absl::Status CheckWrite(int32_t n_tokens) const;
@@ -90,37 +101,52 @@ class KvCache {
   int32_t write_offset() const { return cached_len_; }
   // Records that a step wrote `n_tokens` rows at write_offset().
   void Commit(int32_t n_tokens) { cached_len_ += n_tokens; }
-  // Forgets everything past `len` (<= cached_len()); a paged cache gives the
-  // blocks wholly past it back to its pool (with len == cached_len(), the
-  // blocks Reserve mapped that no step used).
+  // The longest length <= len (<= cached_len()) this cache can be cut back
+  // to and go on from: len, unless a sliding group gave back blocks that
+  // queries from len on would read; then 0.
+  int32_t TruncatableTo(int32_t len) const;
+  // Forgets everything past `len` (<= cached_len(), and TruncatableTo(len) ==
+  // len; otherwise nothing happens); a paged cache gives the blocks wholly
+  // past it back to its pool (with len == cached_len(), the blocks Reserve
+  // mapped that no step used).
   void Truncate(int32_t len);
 
-  // Paged: the pool block holding positions [i * block_tokens(), ...) for
-  // i < held_blocks(); -1 otherwise (and for a contiguous cache).
-  int32_t block(int32_t i) const {
-    return paged_ && i >= 0 && i < held_blocks() ? blocks_[static_cast<size_t>(i)] : -1;
-  }
-  // Paged, holding nothing: maps `blocks` (full ones whose references the
-  // caller took, KvPool::LookupPrefix) as its first blocks, so cached_len()
-  // becomes blocks.size() * block_tokens(). FAILED_PRECONDITION otherwise,
-  // or past capacity(); nothing changes then (the references stay the
-  // caller's).
+  // Paged: the pool block of group `group` holding positions
+  // [i * block_tokens(), ...), -1 if none (past the mapped blocks, out of a
+  // sliding window, or a contiguous cache).
+  int32_t block(int32_t group, int32_t i) const;
+  // The i-th block this cache holds, group by group (i < held_blocks()).
+  int32_t held_block(int32_t i) const;
+  // Paged, holding nothing: maps cached prefix blocks as its first ones:
+  // `blocks` is n ranges of n_groups() ids each (KvPool::LookupPrefix's, in
+  // range order; -1 only for a sliding group's range out of the window
+  // from the end), whose references the caller took; cached_len() becomes
+  // n * block_tokens(). FAILED_PRECONDITION otherwise, past capacity(), or
+  // for a -1 that a query from the end would read; nothing changes then
+  // (the references stay the caller's).
   absl::Status Adopt(absl::Span<const int32_t> blocks);
   KvPool& pool() const { return *pool_; }
 
  private:
   KvCache() = default;
-  // Copies table entries [begin, end) to the device's table.
-  void UploadTable(int32_t begin, int32_t end);
+  // Copies group g's table entries [begin, end) to the device.
+  void UploadTable(int32_t g, int32_t begin, int32_t end);
+  // Gives back the sliding groups' blocks that no query at `next` or later
+  // reads.
+  void ReleaseOutOfWindow(int32_t next);
+  // Per sliding group, the blocks ReleaseOutOfWindow(next) would give back.
+  int32_t OutOfWindow(int32_t next) const;
 
   std::shared_ptr<KvPool> pool_;
   bool paged_ = false;
   int32_t capacity_ = 0;
   int32_t cached_len_ = 0;
   uint64_t allocation_id_ = 0;
-  std::vector<int32_t> blocks_;               // held, in position order
-  std::vector<int32_t> table_;                // host copy: blocks_, then -1 up to the table's length
-  std::unique_ptr<DeviceBuffer> table_buf_;   // i32 [ceil(capacity / block_tokens)]
+  int32_t mapped_ = 0;  // block ranges [0, mapped_) mapped, but for released_
+  int32_t held_ = 0;    // blocks held, all groups
+  std::vector<int32_t> released_;  // per group: ranges [0, released_) given back (sliding groups)
+  std::vector<std::vector<int32_t>> table_;  // per group, host copy: block per range, -1 where none
+  std::vector<std::unique_ptr<DeviceBuffer>> table_buf_;  // per group, i32 [ceil(capacity / block_tokens)]
 };
 
 }  // namespace decoded

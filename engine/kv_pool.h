@@ -1,32 +1,38 @@
 // One pool of fixed-size KV blocks that many sessions' caches share
 // (PagedAttention, Kwon et al. 2023): a cache holds the blocks its live length
-// needs, named by its block table, and gives them back when it shrinks or
+// needs, named by its block tables, and gives them back when it shrinks or
 // goes, so how many sessions fit is set by what they hold, not by what they
 // might grow to.
 //
-// Layout per layer: K [n_blocks, n_kv_heads, block_tokens] rows of k_dim
-// elements of the layout's KV type (f32, f16 or q8_0: engine/kv_layout.h) and
-// V the same with v_dim (no V pool when the layout keeps the value inside the K
-// row: KvLayout::v_in_k). Block b of every layer holds the same positions of
-// one cache, so one id names it in all of them (engine/kv_rows.h).
-// bytes = n_layers * n_blocks * block_tokens * layout.bytes_per_token().
+// Layers come in groups (engine/kv_groups.h: by attention window, each with a
+// block table of its own in a cache) of layers_per_group layers. A block is
+// one group's KV for block_tokens positions: slot s of the group (its s-th
+// layer) has K [n_blocks, n_kv_heads, block_tokens] rows of k_dim elements of
+// the layout's KV type (f32, f16 or q8_0: engine/kv_layout.h) and V the same
+// with v_dim (no V pool when the layout keeps the value inside the K row:
+// KvLayout::v_in_k), so a block id names the same rows in each slot.
+// bytes = layers_per_group * n_blocks * block_tokens * layout.bytes_per_token().
+// A model without sliding windows is one group: a block then holds every layer.
 //
 // Blocks are reference-counted: Take hands out blocks with one reference,
 // Give drops one, and a block is free again when none is left. (A block that
 // several caches read, a shared prefix, holds one reference per reader.)
 //
 // Prefix caching (vLLM's automatic prefix caching; SGLang's RadixAttention
-// keeps the same in a tree): a full block can be registered under the chain
-// of its tokens, key = hash(previous block's key, the block's tokens), and a
-// cache whose context starts with the same tokens maps the registered blocks
-// instead of computing them again (LookupPrefix), read-only: a cache writes
-// only past its length, and registered blocks lie wholly before it. A
-// registered block whose last reference goes stays registered, as a free
-// block that Take hands out last, least recently used first (evicting its
-// entry then). Lookups compare the tokens and the previous entry, not only
-// the hash, so a collision can never map another prefix's KV: each entry has
-// an id that is never reused, and a block's entry names its previous
-// block's entry.
+// keeps the same in a tree): the blocks at one position range of a cache (one
+// per group) can be registered under the chain of their tokens, key =
+// hash(previous key, the range's tokens), and a cache whose context starts
+// with the same tokens maps the registered blocks instead of computing them
+// again (LookupPrefix), read-only: a cache writes only past its length, and
+// registered blocks lie wholly before it. A registered block whose last
+// reference goes stays registered, as a free block that Take hands out last,
+// least recently used first (evicting it then). Lookups compare the tokens
+// and the previous entry, not only the hash, so a collision can never map
+// another prefix's KV: each entry has an id that is never reused, and an
+// entry names its previous one. A match needs every full-attention group's
+// block of each range, but a sliding group's only for the ranges its window
+// reaches back to from the match's end (vLLM's sliding-window rule): the
+// older ones may have been evicted.
 //
 // Thread-safe: caches of sessions on different workers take and give blocks
 // concurrently.
@@ -45,28 +51,37 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
+#include "engine/kv_groups.h"
 #include "engine/kv_layout.h"
 
 namespace decoded {
 
 class KvPool {
  public:
-  // INVALID_ARGUMENT for non-positive geometry or a KV type the layout cannot
-  // hold (KvLayout::TypeProblem); RESOURCE_EXHAUSTED if the
-  // byte size (formula above) overflows int64 or the backend cannot allocate
-  // it. Checked before anything is allocated.
+  // INVALID_ARGUMENT for non-positive geometry, a grouping of another
+  // number of layers, or a KV type the layout cannot hold
+  // (KvLayout::TypeProblem); RESOURCE_EXHAUSTED if the byte size (formula
+  // above) overflows int64 or the backend cannot allocate it. Checked before
+  // anything is allocated.
+  static absl::StatusOr<std::shared_ptr<KvPool>> Create(Backend& backend, const KvGroups& groups,
+                                                        const KvLayout& layout, int32_t block_tokens,
+                                                        int32_t n_blocks);
+  // One group of `n_layers` layers.
   static absl::StatusOr<std::shared_ptr<KvPool>> Create(Backend& backend, int32_t n_layers, const KvLayout& layout,
-                                                        int32_t block_tokens, int32_t n_blocks);
+                                                        int32_t block_tokens, int32_t n_blocks) {
+    return Create(backend, KvGroups::Single(n_layers), layout, block_tokens, n_blocks);
+  }
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
   Backend& backend() const { return backend_; }
-  int32_t n_layers() const { return n_layers_; }
+  const KvGroups& groups() const { return groups_; }
+  int32_t n_layers() const { return groups_.n_layers(); }
   const KvLayout& layout() const { return layout_; }
   int32_t block_tokens() const { return block_tokens_; }
   int32_t n_blocks() const { return n_blocks_; }
-  // Bytes of one block over all layers (K and V).
+  // Bytes of one block (K and V of its group's layers).
   int64_t block_bytes() const;
   int64_t bytes() const { return block_bytes() * n_blocks_; }
 
@@ -102,31 +117,35 @@ class KvPool {
   // free stack (handed out last: their memory is cold). Calls serialize.
   void Trim() ABSL_LOCKS_EXCLUDED(mu_, trim_mu_);
 
-  // The key of a block of `tokens` (block_tokens() of them) after the block
-  // whose key is `parent` (0 before the first block).
+  // The key of a position range of `tokens` (block_tokens() of them) after
+  // the range whose key is `parent` (0 before the first).
   static uint64_t ChainKey(uint64_t parent, absl::Span<const int32_t> tokens);
-  // One registered block of a chain: its pool block, entry id and key.
+  // One registered position range of a chain: its blocks (one per group; -1
+  // where the cache maps none: a sliding group's block outside its window),
+  // entry id and key.
   struct PrefixBlock {
-    int32_t block = -1;
+    std::vector<int32_t> blocks;
     uint64_t entry = 0;
     uint64_t key = 0;
   };
-  // The longest run of registered blocks that `tokens` (a context's tokens
-  // from position 0) starts with, at most tokens.size() / block_tokens()
-  // blocks, appended to *out in order with one reference each (the caller
+  // The longest run of registered ranges that `tokens` (a context's tokens
+  // from position 0) starts with and that a cache can continue from (rule
+  // above), at most tokens.size() / block_tokens() of them, appended to
+  // *out in order; each block it names has one more reference (the caller
   // gives them back as any block).
   void LookupPrefix(absl::Span<const int32_t> tokens, std::vector<PrefixBlock>* out) ABSL_LOCKS_EXCLUDED(mu_);
-  // Registers `block` (one the caller holds, its block_tokens() positions
-  // written from `tokens`) after the chain whose last block is `parent`
-  // (PrefixBlock{} for the first block). Returns the chain's new last
-  // block: `block`'s entry, or the entry of a block registered with the
-  // same tokens after the same parent before (then `block` stays
-  // unregistered, and is freed as any block).
-  PrefixBlock RegisterPrefix(int32_t block, const PrefixBlock& parent, absl::Span<const int32_t> tokens)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Registers `blocks` (one per group, -1 for none; blocks the caller holds,
+  // their block_tokens() positions written from `tokens`) after the chain
+  // whose last range is `parent` (PrefixBlock{} for the first). Returns the
+  // chain's new last range: the entry `blocks` made, or the one registered
+  // with the same tokens after the same parent before (which then takes
+  // those of `blocks` it lacks; the others stay unregistered and are freed
+  // as any block).
+  PrefixBlock RegisterPrefix(absl::Span<const int32_t> blocks, const PrefixBlock& parent,
+                             absl::Span<const int32_t> tokens) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The device address of layer `layer`'s K / V pool (0 for V when the
-  // layout has no V slot): what the KV binding table holds.
+  // The device address of layer `layer`'s K / V pool (its group slot's; 0
+  // for V when the layout has no V slot): what the KV binding table holds.
   uint64_t k_address(int32_t layer) const;
   uint64_t v_address(int32_t layer) const;
   // The host view of layer `layer`'s K / V pool; nullptr where the backend
@@ -138,9 +157,10 @@ class KvPool {
   explicit KvPool(Backend& backend) : backend_(backend) {}
 
   Backend& backend_;
-  int32_t n_layers_ = 0, block_tokens_ = 0, n_blocks_ = 0;
+  KvGroups groups_;
+  int32_t block_tokens_ = 0, n_blocks_ = 0;
   KvLayout layout_;
-  std::vector<std::unique_ptr<DeviceBuffer>> k_, v_;
+  std::vector<std::unique_ptr<DeviceBuffer>> k_, v_;  // per slot
 
   absl::Mutex trim_mu_;  // one Trim at a time
   mutable absl::Mutex mu_;
@@ -152,12 +172,14 @@ class KvPool {
   std::vector<uint8_t> used_since_trim_ ABSL_GUARDED_BY(mu_);
   int32_t trimming_ ABSL_GUARDED_BY(mu_) = 0;  // free blocks a Trim holds aside
 
-  // The prefix index: key -> entry; per block its key while registered.
+  // The prefix index: key -> entry (a position range: its block per group,
+  // -1 once evicted or never registered); per block, the key of its entry
+  // while registered.
   struct Entry {
-    int32_t block;
     uint64_t id;
-    uint64_t parent_id;  // 0: the first block of a chain
+    uint64_t parent_id;  // 0: the first range of a chain
     std::vector<int32_t> tokens;
+    std::vector<int32_t> blocks;  // per group
   };
   absl::flat_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> key_of_ ABSL_GUARDED_BY(mu_);       // per block; 0: not registered
@@ -166,8 +188,14 @@ class KvPool {
   // Registered blocks without a reference, least recently used first.
   std::list<int32_t> cached_free_ ABSL_GUARDED_BY(mu_);
   std::vector<std::list<int32_t>::iterator> cached_free_at_ ABSL_GUARDED_BY(mu_);  // per block, if in it
-  // Unregisters `b` (its entry goes).
-  void UnregisterLocked(int32_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers `b` as group g's block of the entry under `key`.
+  void RegisterLocked(int32_t b, uint64_t key, Entry& e, int32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unregisters `b`: a free one becomes a plain free block.
+  void UnregisterBlockLocked(int32_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The entry evicts its group-g block `b` (Take reuses it): an entry that
+  // lost a full-attention group's block, or every block, goes, its other
+  // blocks unregistered.
+  void EvictLocked(int32_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace decoded

@@ -36,13 +36,20 @@ class ContextImpl final : public DecodeContext {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot rewind to ", len, ": the context holds ", kv_->cached_len(), " tokens"));
     }
+    if (kv_->TruncatableTo(len) != len) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot rewind to ", len, ": sliding-window layers gave back KV blocks that position reads"));
+    }
     kv_->Truncate(len);
     return absl::OkStatus();
   }
+  int32_t RewindableTo(int32_t len) const override { return kv_->TruncatableTo(len); }
   int64_t kv_bytes() const override { return kv_->bytes(); }
   absl::Status ReserveKv(int32_t n_tokens) override { return kv_->Reserve(n_tokens); }
+  int32_t KvBlocksToReserve(int32_t n_tokens) const override { return kv_->BlocksToReserve(n_tokens); }
   int32_t kv_blocks() const override { return kv_->held_blocks(); }
-  int32_t kv_block(int32_t i) const override { return kv_->block(i); }
+  int32_t kv_block(int32_t i) const override { return kv_->held_block(i); }
+  int32_t kv_range_block(int32_t group, int32_t i) const override { return kv_->block(group, i); }
   absl::Status AdoptKvBlocks(absl::Span<const int32_t> blocks) override { return kv_->Adopt(blocks); }
   int64_t bound_nodes() const override { return session_.bound_nodes; }
 
@@ -62,7 +69,7 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
             std::unique_ptr<DecodeModel> family, std::unique_ptr<Tokenizer> tokenizer, ModelInfo info,
             DType kv_type)
       : backend_(std::move(backend)), weights_(std::move(weights)), family_(std::move(family)),
-        tokenizer_(std::move(tokenizer)), info_(std::move(info)), kv_type_(kv_type) {}
+        tokenizer_(std::move(tokenizer)), info_(std::move(info)), kv_type_(kv_type), kv_groups_(GroupsOf(*family_)) {}
 
   using Model::NewContext;
   const ModelInfo& info() const override { return info_; }
@@ -83,7 +90,7 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
     }
     const DecodeDims& d = family_->dims();
     if (pool != nullptr && (pool->n_layers() != d.n_layers || !(pool->layout() == kv_layout()) ||
-                            &pool->backend() != &family_->backend())) {
+                            !(pool->groups() == kv_groups_) || &pool->backend() != &family_->backend())) {
       return absl::InvalidArgumentError("the KV pool was made for another model geometry, KV type or backend");
     }
     auto kv = pool != nullptr ? KvCache::CreatePaged(std::move(pool), max_seq_len)
@@ -93,7 +100,7 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
   }
 
   absl::StatusOr<std::shared_ptr<KvPool>> NewKvPool(int32_t block_tokens, int32_t n_blocks) const override {
-    return KvPool::Create(family_->backend(), family_->dims().n_layers, kv_layout(), block_tokens, n_blocks);
+    return KvPool::Create(family_->backend(), kv_groups_, kv_layout(), block_tokens, n_blocks);
   }
 
  private:
@@ -104,6 +111,17 @@ class ModelImpl final : public Model, public std::enable_shared_from_this<ModelI
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelInfo info_;
   DType kv_type_;
+  // How its paged caches group layers by attention window (engine/kv_groups.h).
+  KvGroups kv_groups_;
+
+  static KvGroups GroupsOf(const DecodeModel& family) {
+    const MaskPlan& mp = family.mask_plan();
+    std::vector<int32_t> windows;
+    for (int32_t l = 0; l < mp.n_layers(); ++l) windows.push_back(mp.window(mp.variant_of(l)));
+    absl::StatusOr<KvGroups> g = KvGroups::ForWindows(windows);
+    // A family's MaskPlan was checked when it was made (no negative window).
+    return g.ok() && g->n_layers() == family.dims().n_layers ? *g : KvGroups::Single(family.dims().n_layers);
+  }
 };
 
 ContextImpl::ContextImpl(std::shared_ptr<const ModelImpl> model, std::unique_ptr<KvCache> kv)

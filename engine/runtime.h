@@ -96,7 +96,8 @@ class Model {
                                                                     std::shared_ptr<KvPool> pool) const = 0;
   // A pool of `n_blocks` KV blocks of `block_tokens` positions each in this
   // model's KV geometry on its backend, for contexts to share
-  // (engine/kv_pool.h). INVALID_ARGUMENT for non-positive sizes;
+  // (engine/kv_pool.h); a block holds one layer group's KV, the layers
+  // grouped by attention window (engine/kv_groups.h: KvPool::groups()). INVALID_ARGUMENT for non-positive sizes;
   // RESOURCE_EXHAUSTED when it does not fit.
   virtual absl::StatusOr<std::shared_ptr<KvPool>> NewKvPool(int32_t block_tokens, int32_t n_blocks) const = 0;
 
@@ -137,10 +138,15 @@ class DecodeContext {
   // writes at `len`: a chat turn whose rendering differs from the context
   // after some position recomputes from there (prefix reuse). The held decode
   // plan stays valid (its KV-write offset and masks are rebound per token).
-  // INVALID_ARGUMENT unless 0 <= len <= cached_len(). A paged cache gives
-  // back the blocks past `len`, among them any ReserveKv mapped and no step
-  // used (Rewind(cached_len())).
+  // INVALID_ARGUMENT unless 0 <= len <= cached_len(); FAILED_PRECONDITION
+  // unless RewindableTo(len) == len. A paged cache gives back the blocks
+  // past `len`, among them any ReserveKv mapped and no step used
+  // (Rewind(cached_len())).
   virtual absl::Status Rewind(int32_t len) = 0;
+  // The longest length <= len this context can rewind to and go on from:
+  // len, but 0 where a sliding-window layer gave back KV blocks that queries
+  // from len on would read (KvCache::TruncatableTo).
+  virtual int32_t RewindableTo(int32_t len) const { return len; }
 
   // Bytes of KV cache this context holds (K and V, all layers): its whole
   // capacity for a contiguous cache, the blocks it holds for a paged one.
@@ -151,13 +157,18 @@ class DecodeContext {
   // RESOURCE_EXHAUSTED past capacity() or when the pool has too few free
   // blocks (the blocks it did take stay with the context).
   virtual absl::Status ReserveKv(int32_t n_tokens) = 0;
-  // KV blocks this context holds (1 for a contiguous cache).
+  // The KV blocks ReserveKv(n_tokens) would take from the pool, less the
+  // sliding-window blocks it gives back first (KvCache::BlocksToReserve).
+  virtual int32_t KvBlocksToReserve(int32_t n_tokens) const { return 0; }
+  // KV blocks this context holds, all layer groups (1 for a contiguous cache).
   virtual int32_t kv_blocks() const = 0;
-  // Paged KV: the pool block holding positions [i * block_tokens, ...) (-1
-  // past kv_blocks() or for a contiguous cache), and KvCache::Adopt (cached
-  // prefix blocks mapped into an empty context: FAILED_PRECONDITION
-  // otherwise).
+  // Paged KV: the i-th block it holds (i < kv_blocks(), group by group; -1
+  // otherwise or for a contiguous cache); the block of layer group `group`
+  // holding positions [i * block_tokens, ...) (-1 if none); and
+  // KvCache::Adopt (cached prefix blocks mapped into an empty context:
+  // FAILED_PRECONDITION otherwise).
   virtual int32_t kv_block(int32_t i) const { return -1; }
+  virtual int32_t kv_range_block(int32_t group, int32_t i) const { return -1; }
   virtual absl::Status AdoptKvBlocks(absl::Span<const int32_t> blocks) {
     return absl::FailedPreconditionError("this context has no paged KV cache");
   }

@@ -83,7 +83,8 @@ class EngineCollectable final : public prometheus::Collectable {
                  "KV cache in use, 0..1: paged KV, the pool's blocks sessions hold over its blocks; contiguous KV, "
                  "bytes held over the KV budget (0 without a budget).",
                  MetricType::Gauge, KvUsage(s)),
-        OneValue("decoded_kv_blocks_total", "Blocks of the paged KV pool (0: contiguous KV, --kv_block_tokens=0).",
+        OneValue("decoded_kv_blocks_total", "Blocks of the paged KV pool, each one layer group's KV of --kv_block_tokens positions (0: "
+                 "contiguous KV, --kv_block_tokens=0).",
                  MetricType::Gauge, s.kv_blocks_total),
         OneValue("decoded_kv_blocks_used", "Blocks of the paged KV pool that sessions hold.", MetricType::Gauge,
                  s.kv_blocks_used),

@@ -327,7 +327,8 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
 bool SameCache(const int64_t* kv_rows, int64_t stride, int64_t t, int64_t u, int32_t layer) {
   const int64_t* a = kv_rows + t * stride;
   const int64_t* b = kv_rows + u * stride;
-  return std::equal(a, a + 4, b) && a[4 + 2 * layer] == b[4 + 2 * layer] && a[5 + 2 * layer] == b[5 + 2 * layer];
+  const int64_t e = KvRowLayerEntry(layer);
+  return std::equal(a, a + 3, b) && std::equal(a + e, a + e + 3, b + e);
 }
 
 }  // namespace

@@ -61,7 +61,8 @@ class RealServingModel final : public ServingModel {
   }
   KvBlockCounts kv_blocks() const override {
     if (pool_ == nullptr) return {};
-    return KvBlockCounts{pool_->block_tokens(), pool_->n_blocks(), pool_->free_blocks(), pool_->cached_free_blocks()};
+    return KvBlockCounts{pool_->block_tokens(), pool_->groups().n_groups(), pool_->n_blocks(), pool_->free_blocks(),
+                         pool_->cached_free_blocks()};
   }
   int32_t KvBlocksFreedByReleasing(absl::Span<const DecodeContext* const> contexts) const override {
     if (pool_ == nullptr) return ServingModel::KvBlocksFreedByReleasing(contexts);
@@ -76,10 +77,15 @@ class RealServingModel final : public ServingModel {
     PrefixChain found;
     pool_->LookupPrefix(tokens, &found);
     if (found.empty()) return 0;
-    std::vector<int32_t> blocks;
-    for (const KvPool::PrefixBlock& b : found) blocks.push_back(b.block);
+    std::vector<int32_t> blocks, taken;
+    for (const KvPool::PrefixBlock& range : found) {
+      for (const int32_t b : range.blocks) {
+        blocks.push_back(b);
+        if (b >= 0) taken.push_back(b);
+      }
+    }
     if (!ctx.AdoptKvBlocks(blocks).ok()) {
-      pool_->Give(blocks);
+      pool_->Give(taken);
       return 0;
     }
     chain->insert(chain->end(), found.begin(), found.end());
@@ -88,11 +94,18 @@ class RealServingModel final : public ServingModel {
   void CachePrefix(const DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const override {
     if (pool_ == nullptr) return;
     const size_t bt = static_cast<size_t>(pool_->block_tokens());
+    const KvGroups& groups = pool_->groups();
+    std::vector<int32_t> blocks(static_cast<size_t>(groups.n_groups()));
     for (size_t start = 0; start + bt <= tokens.size(); start += bt) {
-      const int32_t block = ctx.kv_block(static_cast<int32_t>(chain->size()));
-      if (block < 0) return;
+      const int32_t range = static_cast<int32_t>(chain->size());
+      for (int32_t g = 0; g < groups.n_groups(); ++g) {
+        blocks[static_cast<size_t>(g)] = ctx.kv_range_block(g, range);
+        // A full-attention group holds every range; without it the range
+        // cannot be matched (a sliding group's may be gone already).
+        if (blocks[static_cast<size_t>(g)] < 0 && !groups.sliding(g)) return;
+      }
       const KvPool::PrefixBlock parent = chain->empty() ? KvPool::PrefixBlock{} : chain->back();
-      chain->push_back(pool_->RegisterPrefix(block, parent, tokens.subspan(start, bt)));
+      chain->push_back(pool_->RegisterPrefix(blocks, parent, tokens.subspan(start, bt)));
     }
   }
   const Model& model() const { return *model_; }
@@ -194,8 +207,14 @@ absl::StatusOr<std::shared_ptr<KvPool>> MakeKvPool(const Model& model, const Eng
                                                    int32_t session_len, int64_t session_kv_bytes,
                                                    int64_t kv_budget_bytes) {
   const int32_t bt = options.kv_block_tokens;
-  const int64_t per_session = (session_len + bt - 1) / bt;
-  const int64_t block_bytes = session_kv_bytes / session_len * bt;  // session_kv_bytes is per token * session_len
+  // A block holds one layer group's positions (engine/kv_groups.h): a
+  // position range takes a block of each group.
+  absl::StatusOr<std::shared_ptr<KvPool>> probe = model.NewKvPool(bt, 1);
+  if (!probe.ok()) return probe.status();
+  const int64_t groups = (*probe)->groups().n_groups();
+  const int64_t block_bytes = (*probe)->block_bytes();
+  probe->reset();
+  const int64_t per_session = (session_len + bt - 1) / bt * groups;
   int64_t n_blocks = std::min<int64_t>(per_session * options.max_sessions, std::numeric_limits<int32_t>::max());
   if (kv_budget_bytes > 0) n_blocks = std::min(n_blocks, kv_budget_bytes / block_bytes);
   if (n_blocks < 1) {

@@ -247,8 +247,11 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
                                                    s->ctx->capacity(), " left"));
   }
   if (const KvBlockCounts pool = model_->kv_blocks(); pool.block_tokens > 0) {
+    // A prompt maps all its blocks at its first span (MapPromptKvLocked):
+    // a block of every layer group per range, sliding groups' included.
     const int64_t bt = pool.block_tokens;
-    const int64_t blocks = (static_cast<int64_t>(keep) + static_cast<int64_t>(turn.prompt.size()) + bt - 1) / bt;
+    const int64_t blocks =
+        (static_cast<int64_t>(keep) + static_cast<int64_t>(turn.prompt.size()) + bt - 1) / bt * pool.groups;
     if (blocks > pool.total) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the input needs ", blocks, " KV blocks of ", bt, " tokens; the server's pool holds ", pool.total,
@@ -434,8 +437,7 @@ absl::Status Scheduler::ReserveKvLocked(Session* s, int32_t n_tokens) {
   absl::Status reserved = s->ctx->ReserveKv(n_tokens);
   const KvBlockCounts pool = model_->kv_blocks();
   if (reserved.ok() || pool.block_tokens == 0 || !absl::IsResourceExhausted(reserved)) return reserved;
-  const int64_t bt = pool.block_tokens;
-  const int64_t need = (static_cast<int64_t>(s->ctx->cached_len()) + n_tokens + bt - 1) / bt - s->ctx->kv_blocks();
+  const int64_t need = s->ctx->KvBlocksToReserve(n_tokens);
   if (need > pool.total) return reserved;  // past the context or the pool: nothing to take back
   // Whose blocks can go back: idle sessions, least recently used first, then
   // sessions whose queued turn has not started, newest turn first (they
@@ -512,6 +514,9 @@ absl::Status Scheduler::RewindLocked(Session* s, int32_t len) {
   const int32_t bt = model_->kv_blocks().block_tokens;
   int32_t to = len;
   if (bt > 0 && len % bt != 0 && static_cast<size_t>(len / bt) < s->prefix.size()) to = len / bt * bt;
+  // Where sliding-window layers gave back blocks `to` would read, the whole
+  // context is recomputed.
+  to = s->ctx->RewindableTo(to);
   if (absl::Status rewound = s->ctx->Rewind(to); !rewound.ok()) return rewound;
   if (bt > 0 && s->prefix.size() > static_cast<size_t>(to / bt)) s->prefix.resize(static_cast<size_t>(to / bt));
   s->carry.assign(s->history.begin() + to, s->history.begin() + len);

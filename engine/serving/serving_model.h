@@ -34,13 +34,14 @@ class TextDecoder {
 // The KV block pool's size and use (engine/kv_pool.h).
 struct KvBlockCounts {
   int32_t block_tokens = 0;  // positions per block; 0: no pool
+  int32_t groups = 1;        // layer groups (engine/kv_groups.h): a position range takes one block of each
   int32_t total = 0;
   int32_t free = 0;
   int32_t cached_free = 0;  // of the free ones, those holding a cached prefix
 };
 
-// Prefix caching: the registered blocks of a context's KV cache, in
-// position order (KvPool::PrefixBlock); the next full block registers after
+// Prefix caching: the registered block ranges of a context's KV cache, in
+// position order (KvPool::PrefixBlock); the next full range registers after
 // the last.
 using PrefixChain = std::vector<KvPool::PrefixBlock>;
 
@@ -92,8 +93,9 @@ class ServingModel {
   virtual int32_t AdoptCachedPrefix(DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const {
     return 0;
   }
-  // Registers `ctx`'s full blocks from chain->size() on (KvPool::RegisterPrefix):
-  // `tokens` are their tokens, block_tokens of them per block, in order.
+  // Registers `ctx`'s full block ranges from chain->size() on
+  // (KvPool::RegisterPrefix): `tokens` are their tokens, block_tokens of them
+  // per range, in order.
   virtual void CachePrefix(const DecodeContext& ctx, absl::Span<const int32_t> tokens, PrefixChain* chain) const {}
 };
 

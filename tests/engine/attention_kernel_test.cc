@@ -74,8 +74,8 @@ class TestCache {
   // This cache's row of a KV binding table of one layer.
   void AppendRow(std::vector<int64_t>* rows) const {
     const auto addr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
-    for (int64_t x : {int64_t{cap_}, int64_t{bt_}, static_cast<int64_t>(type_), addr(table_.data()), addr(k_.data()),
-                      g_.v_in_k ? int64_t{0} : addr(v_.data())}) {
+    for (int64_t x : {int64_t{cap_}, int64_t{bt_}, static_cast<int64_t>(type_), int64_t{0}, addr(table_.data()),
+                      addr(k_.data()), g_.v_in_k ? int64_t{0} : addr(v_.data())}) {
       rows->push_back(x);
     }
   }

@@ -570,7 +570,7 @@ TEST_P(CpuKernelsTest, AttentionReadsTheValueFromTheLeadingColumnsOfTheKeyRow) {
   const int32_t table[] = {0};
   const int64_t t_addr = static_cast<int64_t>(reinterpret_cast<intptr_t>(table));
   const int64_t k_addr = static_cast<int64_t>(reinterpret_cast<intptr_t>(k.data()));
-  const int64_t kv_rows[] = {capacity, capacity, 0, t_addr, k_addr, 0, capacity, capacity, 0, t_addr, k_addr, 0};
+  const int64_t kv_rows[] = {capacity, capacity, 0, 0, t_addr, k_addr, 0, capacity, capacity, 0, 0, t_addr, k_addr, 0};
   Attention(q.data(), bounds, kv_rows, KvRowStride(1), /*layer=*/0, out.data(), seq, heads, /*n_kv_heads=*/1, k_dim,
             v_dim, /*v_stride=*/k_dim, scale, /*softcap=*/0.0f, 0, 1);
   for (int32_t t = 0; t < seq; ++t) {

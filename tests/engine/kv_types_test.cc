@@ -132,9 +132,10 @@ void CheckAttentionReads(DType type) {
   }
   const int32_t table[] = {0};
   const auto addr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
-  const int64_t row[] = {cap, cap, static_cast<int64_t>(type), addr(table), addr(kbytes.data()), addr(vbytes.data())};
-  const int64_t kv_rows[] = {row[0], row[1], row[2], row[3], row[4], row[5],
-                             row[0], row[1], row[2], row[3], row[4], row[5]};
+  const int64_t row[] = {cap, cap, static_cast<int64_t>(type), 0, addr(table), addr(kbytes.data()),
+                         addr(vbytes.data())};
+  const int64_t kv_rows[] = {row[0], row[1], row[2], row[3], row[4], row[5], row[6],
+                             row[0], row[1], row[2], row[3], row[4], row[5], row[6]};
   const int32_t bounds[] = {0, 17, 5, 40};
   std::vector<float> out(seq * heads * dim, -1.0f);
   cpu::Attention(q.data(), bounds, kv_rows, KvRowStride(1), 0, out.data(), seq, heads, 1, dim, dim, dim, scale, 0.0f,

@@ -45,7 +45,11 @@ inline void CheckPagedMatchesContiguous(const std::string& path, int unit, int32
   const Script script = MakeScript((*model)->info().vocab_size, unit, 23);
 
   const int32_t per_session = (capacity + block_tokens - 1) / block_tokens;
-  auto pool = (*model)->NewKvPool(block_tokens, kSessions * per_session + 3);
+  auto probe = (*model)->NewKvPool(block_tokens, 1);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  // A block of each layer group per position range (engine/kv_groups.h).
+  const int32_t groups = (*probe)->groups().n_groups();
+  auto pool = (*model)->NewKvPool(block_tokens, (kSessions * per_session + 3) * groups);
   ASSERT_TRUE(pool.ok()) << pool.status();
   ScrambleFreeBlocks(**pool, 5);
 

@@ -130,17 +130,18 @@ TEST(PagedKvTest, FreedByGivingCountsSharedBlocksOnceAndOnlyWhenNoOtherReaderIsL
   auto made = l.model->NewKvPool(/*block_tokens=*/4, /*n_blocks=*/8);
   ASSERT_TRUE(made.ok()) << made.status();
   KvPool& pool = **made;
+  ASSERT_EQ(pool.groups().n_groups(), 1);  // no sliding window: a range is one block
   // A holds 3 blocks, the first two registered as a prefix; B maps those
   // two (LookupPrefix: a reference each) and takes one of its own.
   std::vector<int32_t> a, b;
   ASSERT_TRUE(pool.Take(3, &a).ok());
   const std::vector<int32_t> tokens = Ids(8);
-  const KvPool::PrefixBlock first = pool.RegisterPrefix(a[0], {}, absl::MakeConstSpan(tokens).first(4));
-  pool.RegisterPrefix(a[1], first, absl::MakeConstSpan(tokens).subspan(4, 4));
+  const KvPool::PrefixBlock first = pool.RegisterPrefix({a[0]}, {}, absl::MakeConstSpan(tokens).first(4));
+  pool.RegisterPrefix({a[1]}, first, absl::MakeConstSpan(tokens).subspan(4, 4));
   std::vector<KvPool::PrefixBlock> found;
   pool.LookupPrefix(tokens, &found);
   ASSERT_EQ(found.size(), 2u);
-  for (const KvPool::PrefixBlock& f : found) b.push_back(f.block);
+  for (const KvPool::PrefixBlock& f : found) b.push_back(f.blocks[0]);
   ASSERT_TRUE(pool.Take(1, &b).ok());
   ASSERT_EQ(pool.used_blocks(), 4);
 

@@ -290,9 +290,10 @@ TEST(VulkanServingTest, TheKvBudgetIsDeviceMemory) {
   EXPECT_GT(s.device_memory_bytes, 0) << "the weights are on the device";
   // The budget is three quarters of what the weights left; the paged KV
   // pool, made from it, is device memory too (every session at its full
-  // context fits in it here: 16 sessions x 64 / 16 blocks).
-  const int64_t pool_bytes = s.kv_blocks_total * ((*engine)->ModelInfo().session_kv_bytes / 64 * s.kv_block_tokens);
-  EXPECT_EQ(s.kv_blocks_total, 16 * 64 / 16);
+  // context fits in it here: 16 sessions x 64 / 16 position ranges x 3 layer
+  // groups, the fixture's global layers and two groups of sliding ones).
+  const int64_t pool_bytes = 16 * (*engine)->ModelInfo().session_kv_bytes;
+  EXPECT_EQ(s.kv_blocks_total, 16 * 64 / 16 * 3);
   EXPECT_LE(pool_bytes, s.kv_budget_bytes);
   EXPECT_EQ(s.kv_budget_bytes, (s.device_memory_capacity_bytes - (s.device_memory_bytes - pool_bytes)) / 4 * 3);
   const int64_t capacity = s.device_memory_capacity_bytes;

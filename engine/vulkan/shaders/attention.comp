@@ -50,9 +50,10 @@ void main() {
   const uint row = t * p.stride;
   const uint bt = uint(I64Buf(p.kv_rows).v[row + 1]);
   const uint type = uint(I64Buf(p.kv_rows).v[row + 2]);
-  const uint64_t table = uint64_t(I64Buf(p.kv_rows).v[row + 3]);
-  const uint64_t k_base = uint64_t(I64Buf(p.kv_rows).v[row + 4 + 2 * p.layer]);
-  const uint64_t v_addr = uint64_t(I64Buf(p.kv_rows).v[row + 5 + 2 * p.layer]);
+  const uint entry = row + 4 + 3 * p.layer;  // the layer's table, K and V (KvRowLayerEntry)
+  const uint64_t table = uint64_t(I64Buf(p.kv_rows).v[entry]);
+  const uint64_t k_base = uint64_t(I64Buf(p.kv_rows).v[entry + 1]);
+  const uint64_t v_addr = uint64_t(I64Buf(p.kv_rows).v[entry + 2]);
   const uint k_rb = kv_row_bytes(type, p.k_dim), v_rb = kv_row_bytes(type, p.v_stride);
   const uint64_t v_base = v_addr != 0 ? v_addr : k_base;
   const int lo = I32Buf(p.bounds).v[2 * t], hi = I32Buf(p.bounds).v[2 * t + 1];

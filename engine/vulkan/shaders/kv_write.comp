@@ -29,8 +29,9 @@ void main() {
   const int64_t capacity = I64Buf(p.kv_rows).v[row];
   const int block_tokens = int(I64Buf(p.kv_rows).v[row + 1]);
   const uint type = uint(I64Buf(p.kv_rows).v[row + 2]);
-  const uint64_t table = uint64_t(I64Buf(p.kv_rows).v[row + 3]);
-  const uint64_t dst = uint64_t(I64Buf(p.kv_rows).v[row + 4 + 2 * p.layer + p.is_v]);
+  const uint entry = row + 4 + 3 * p.layer;  // the layer's table, K and V (KvRowLayerEntry)
+  const uint64_t table = uint64_t(I64Buf(p.kv_rows).v[entry]);
+  const uint64_t dst = uint64_t(I64Buf(p.kv_rows).v[entry + 1 + p.is_v]);
   const int off = I32Buf(p.offsets).v[t];
   const int block = dst == 0 || off < 0 || int64_t(off) >= capacity ? -1 : I32Buf(table).v[off / block_tokens];
   if (block < 0) {
