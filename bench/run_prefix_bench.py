@@ -7,10 +7,15 @@ turn is the shared system prompt plus a short user turn and whose later turns
 are short user turns (see that file's header for each figure). Reported per
 T: prefill tokens computed and aggregate tok/s with the cache on and off, and
 their ratios (issue targets: >= 4x less prefill work, >= 2x throughput).
+With --llama-server, llama.cpp's own server runs the same sessions and turns
+in the same run (`llama-server -np <sessions> -t T`, each turn the whole
+conversation as token ids with cache_prompt: bench/llama_server_client.py);
+build it with tools/install_llama_cpp.sh --server.
 
 Usage: python3 bench/run_prefix_bench.py [--model PATH] [--build build]
        [--threads 1 2] [--sessions 16] [--system-tokens 1000] [--user-tokens 16]
-       [--turns 3] [--new-tokens 16] [--daemon-flag=--name=value ...] [--json OUT.json]
+       [--turns 3] [--new-tokens 16] [--daemon-flag=--name=value ...] [--llama-server [PATH]]
+       [--json OUT.json]
 """
 import argparse
 import json
@@ -20,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon import cpu_model_name, running_daemon  # noqa: E402
+import llama_server_client  # noqa: E402
 
 
 def run(build, model, threads, cache, args, salt):
@@ -49,8 +55,14 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--daemon-flag", action="append", default=[],
                     help="an extra flag for the daemon (repeatable)")
+    ap.add_argument("--llama-server", nargs="?", const="auto",
+                    help="also run llama.cpp's server (its binary; default: tools/install_llama_cpp.sh --server's)")
     ap.add_argument("--json", help="also write the report (JSON) to this file")
     args = ap.parse_args()
+    if args.llama_server == "auto":
+        args.llama_server = llama_server_client.llama_server_binary()
+        if args.llama_server is None:
+            sys.exit("no llama-server: run tools/install_llama_cpp.sh --server first")
 
     report = {"model": args.model, "cpu": cpu_model_name(), "daemon_flags": args.daemon_flag, "runs": []}
     print(f"host CPU: {report['cpu']}; model {os.path.basename(args.model)}; {args.sessions} sessions, "
@@ -68,8 +80,21 @@ def main():
         speed = on["aggregate_tok_s"] / max(1e-9, off["aggregate_tok_s"])
         print(f"{t:>7}  prefill work off/on {work:.2f}x (target >= 4), throughput on/off {speed:.2f}x "
               f"(target >= 2)")
-        report["runs"].append({"threads": t, "cache_on": on, "cache_off": off, "prefill_work_ratio": work,
-                               "throughput_ratio": speed})
+        run_report = {"threads": t, "cache_on": on, "cache_off": off, "prefill_work_ratio": work,
+                      "throughput_ratio": speed}
+        if args.llama_server:
+            vocab, bos = llama_server_client.vocab_and_bos(args.model)
+            slot_context = args.system_tokens + args.turns * (args.user_tokens + args.new_tokens) + 64
+            with llama_server_client.running_llama_server(args.llama_server, args.model, t, args.sessions,
+                                                          args.sessions * slot_context) as (url, _):
+                ls = llama_server_client.run(url, vocab, bos, args.sessions, args.system_tokens, args.user_tokens,
+                                             args.turns, args.new_tokens, salt=t)
+            print(f"{t:>7} {'l.cpp':>5} {ls['prefilled_tokens']:>9} {ls['cached_tokens']:>7} {ls['wall_s']:>7.2f} "
+                  f"{ls['aggregate_tok_s']:>7.1f} {ls['first_ttft_ms_p50']:>8.0f} {ls['first_ttft_ms_p99']:>8.0f}")
+            print(f"{t:>7}  against llama-server: prefill work {ls['prefilled_tokens'] / max(1, on['prefilled_tokens']):.2f}x "
+                  f"less, throughput {on['aggregate_tok_s'] / max(1e-9, ls['aggregate_tok_s']):.2f}x")
+            run_report["llama_server"] = ls
+        report["runs"].append(run_report)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -25,6 +25,11 @@
 #
 # Usage: tools/install_llama_cpp.sh   (PYTHON=... picks the interpreter, JOBS=N
 # the build's parallel jobs, default nproc)
+#        tools/install_llama_cpp.sh --server       also builds llama.cpp's own
+#            server (vendor/llama.cpp/tools/server in the same sdist, the same
+#            FLAGS) for bench/run_prefix_bench.py, and prints its path
+#        tools/install_llama_cpp.sh --server-path  prints where that binary is
+#            (exit 1 if it is not built)
 # Idempotent: when the installed libraries are byte-identical to the cached
 # wheel's it only says so. Exit 3 when the CPU lacks one of the instruction
 # sets (the build would crash there), 1 when a step fails.
@@ -49,7 +54,15 @@ py="${PYTHON:-python3}"
 root="${DECODED_CACHE_DIR:-$HOME/.cache/decoded}/llama-cpp-python"
 key=$(printf '%s\n' "llama-cpp-python==$VERSION" "${FLAGS[@]}" | sha256sum | cut -c1-16)
 wheel_dir="$root/$key"
+src="$root/src-$VERSION"
+server_bin="$root/server-$key/bin/llama-server"
 log() { echo "install_llama_cpp: $*" >&2; }
+
+if [[ "${1:-}" == --server-path ]]; then
+  echo "$server_bin"
+  [[ -x "$server_bin" ]]
+  exit
+fi
 
 missing=()
 for f in "${CPU_FLAGS[@]}"; do
@@ -60,10 +73,8 @@ if ((${#missing[@]})); then
   exit 3
 fi
 
-wheel=$(ls "$wheel_dir"/llama_cpp_python-"$VERSION"-*.whl 2>/dev/null | head -n1 || true)
-if [[ -z "$wheel" ]]; then
-  start=$SECONDS
-  src="$root/src-$VERSION"
+# The sdist, checked against its sha256, unpacked at $src.
+fetch_source() {
   if [[ ! -f "$src/pyproject.toml" ]]; then
     mkdir -p "$root"
     tmp=$(mktemp -d "$root/dl.XXXXXX")
@@ -76,8 +87,14 @@ if [[ -z "$wheel" ]]; then
     mv "$tmp/llama_cpp_python-$VERSION" "$src"
     rm -rf "$tmp"
   fi
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+}
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+wheel=$(ls "$wheel_dir"/llama_cpp_python-"$VERSION"-*.whl 2>/dev/null | head -n1 || true)
+if [[ -z "$wheel" ]]; then
+  start=$SECONDS
+  fetch_source
   build_log="$root/build-$key.log"
   log "building llama-cpp-python $VERSION (key $key; several minutes on 2 cores; log $build_log): ${FLAGS[*]}"
   rm -rf "$wheel_dir.tmp"
@@ -117,3 +134,24 @@ else
   log "installed $wheel"
 fi
 "$py" -c 'import llama_cpp; print(llama_cpp.__version__, llama_cpp.llama_print_system_info().decode().strip())' >&2
+
+if [[ "${1:-}" == --server ]]; then
+  if [[ ! -x "$server_bin" ]]; then
+    fetch_source
+    start=$SECONDS
+    server_build="$root/server-build-$key"
+    log "building llama-server from $src/vendor/llama.cpp (log $server_build.log)"
+    if ! { cmake -S "$src/vendor/llama.cpp" -B "$server_build" -DCMAKE_BUILD_TYPE=Release "${FLAGS[@]}" \
+             "${launcher[@]}" -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+             -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF &&
+           cmake --build "$server_build" -j "${JOBS:-$(nproc)}" --target llama-server; } >"$server_build.log" 2>&1; then
+      tail -n 30 "$server_build.log" >&2
+      log "llama-server build failed (log $server_build.log)"
+      exit 1
+    fi
+    mkdir -p "$(dirname "$server_bin")"
+    cp "$server_build/bin/llama-server" "$server_bin"
+    log "built $server_bin in $((SECONDS - start)) s"
+  fi
+  echo "$server_bin"
+fi

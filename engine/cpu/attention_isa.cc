@@ -146,9 +146,14 @@ F32x16 TileScores(const float* q, TileRows<E> rows, int32_t chunks, int32_t k_di
     for (int32_t c = 0; c < KC; ++c) qv[c] = simd::Load(q + 16 * c);
   }
   F32x16 acc[kTile];
-  for (int32_t jj = 0; jj < kTile; ++jj) {
-    const E* r = rows.row(jj);
-    F32x16 a = simd::Set1(0.0f);
+  // Four keys at a time: four independent FMA chains in flight (one key's
+  // chain alone waits out the FMA latency at every chunk).
+  for (int32_t jj = 0; jj < kTile; jj += 4) {
+    const E* r0 = rows.row(jj);
+    const E* r1 = rows.row(jj + 1);
+    const E* r2 = rows.row(jj + 2);
+    const E* r3 = rows.row(jj + 3);
+    F32x16 a0 = simd::Set1(0.0f), a1 = a0, a2 = a0, a3 = a0;
     for (int32_t c = 0; c < chunks; ++c) {
       F32x16 qc;
       if constexpr (KC > 0) {
@@ -156,9 +161,15 @@ F32x16 TileScores(const float* q, TileRows<E> rows, int32_t chunks, int32_t k_di
       } else {
         qc = 16 * c + 16 <= k_dim ? simd::Load(q + 16 * c) : simd::LoadFirst(q + 16 * c, k_dim - 16 * c);
       }
-      a = simd::Fma(qc, LoadRow(r + 16 * c), a);
+      a0 = simd::Fma(qc, LoadRow(r0 + 16 * c), a0);
+      a1 = simd::Fma(qc, LoadRow(r1 + 16 * c), a1);
+      a2 = simd::Fma(qc, LoadRow(r2 + 16 * c), a2);
+      a3 = simd::Fma(qc, LoadRow(r3 + 16 * c), a3);
     }
-    acc[jj] = a;
+    acc[jj] = a0;
+    acc[jj + 1] = a1;
+    acc[jj + 2] = a2;
+    acc[jj + 3] = a3;
   }
   return simd::ReduceSum16(acc);
 }
