@@ -19,9 +19,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_isa.h"
@@ -88,6 +88,30 @@ struct TileRows {
 inline F32x16 LoadRow(const float* p) { return simd::Load(p); }
 inline F32x16 LoadRow(const uint16_t* p) { return simd::LoadHalf(p); }
 
+// Floats that only grow, their contents not kept when they do. Not a
+// std::vector: its out-of-line members would be emitted in this per-tier
+// object as weak symbols any baseline caller could bind to (at -O1 they
+// are; tests/isa_symbols_check.cmake).
+class FloatBuffer {
+ public:
+  FloatBuffer() = default;
+  FloatBuffer(const FloatBuffer&) = delete;
+  FloatBuffer& operator=(const FloatBuffer&) = delete;
+  ~FloatBuffer() { std::free(data_); }
+  float* data() const { return data_; }
+  void Grow(size_t n) {
+    if (n <= size_) return;
+    std::free(data_);
+    data_ = static_cast<float*>(std::malloc(n * sizeof(float)));
+    if (data_ == nullptr) std::abort();  // a few hundred KiB at most (kMaxKeyDim, kMaxValueDim)
+    size_ = n;
+  }
+
+ private:
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // The f32 copy of a tile's rows: [16, padded width], zeros past the width
 // and in the rows of positions no vector reads.
 class TileBuffer {
@@ -95,7 +119,7 @@ class TileBuffer {
   void Reset(int32_t width) {
     width_ = width;
     padded_ = RoundUp16(width);
-    if (buf_.size() < static_cast<size_t>(kTile * padded_)) buf_.resize(static_cast<size_t>(kTile * padded_));
+    buf_.Grow(static_cast<size_t>(kTile * padded_));
   }
   int32_t padded() const { return padded_; }
   void Set(int32_t jj, DType type, const uint8_t* row) {
@@ -111,12 +135,12 @@ class TileBuffer {
  private:
   float* Row(int32_t jj) { return buf_.data() + static_cast<size_t>(jj) * padded_; }
   int32_t width_ = 0, padded_ = 0;
-  std::vector<float> buf_;
+  FloatBuffer buf_;
 };
 
 struct Scratch {
   TileBuffer k, v;
-  std::vector<float> acc;  // [kItemVectors, padded v_dim]
+  FloatBuffer acc;  // [kItemVectors, padded v_dim]
 };
 
 Scratch& ThreadScratch() {
@@ -367,8 +391,7 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   Scratch& s = ThreadScratch();
   s.k.Reset(k_dim);
   s.v.Reset(v_dim);
-  const size_t acc_floats = static_cast<size_t>(kItemVectors) * RoundUp16(v_dim);
-  if (s.acc.size() < acc_floats) s.acc.resize(acc_floats);
+  s.acc.Grow(static_cast<size_t>(kItemVectors) * RoundUp16(v_dim));
   // Items go round-robin over the threads: neighbouring items cost about the
   // same (a prefill span's later rows attend over more keys).
   int64_t item = 0;
