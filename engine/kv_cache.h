@@ -134,7 +134,7 @@ class KvCache {
   // Gives back the sliding groups' blocks that no query at `next` or later
   // reads.
   void ReleaseOutOfWindow(int32_t next);
-  // Per sliding group, the blocks ReleaseOutOfWindow(next) would give back.
+  // The blocks ReleaseOutOfWindow(next) would give back (all sliding groups).
   int32_t OutOfWindow(int32_t next) const;
 
   std::shared_ptr<KvPool> pool_;
