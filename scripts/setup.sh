@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 readonly APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
-  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
   python3 python3-pip
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers

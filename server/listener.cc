@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/host_port.h"
 #include "server/peer_sessions.h"
 
 namespace decoded::server {
@@ -29,36 +30,6 @@ constexpr absl::Duration kBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kLimitRefresh = absl::Milliseconds(50);
 constexpr absl::Duration kStatsRefresh = absl::Seconds(1);
 constexpr absl::Duration kLogInterval = absl::Seconds(10);
-
-struct HostPort {
-  std::string host;  // "" = every address
-  std::string port;
-};
-
-absl::StatusOr<HostPort> SplitAddress(const std::string& address) {
-  HostPort hp;
-  size_t colon;
-  if (!address.empty() && address.front() == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
-      return absl::InvalidArgumentError(absl::StrCat("listen address \"", address, "\": expected [v6 address]:port"));
-    }
-    hp.host = address.substr(1, close - 1);
-    colon = close + 1;
-  } else {
-    colon = address.rfind(':');
-    if (colon == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("listen address \"", address, "\": expected host:port"));
-    }
-    hp.host = address.substr(0, colon);
-  }
-  hp.port = address.substr(colon + 1);
-  int port = 0;
-  if (!absl::SimpleAtoi(hp.port, &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("listen address \"", address, "\": bad port \"", hp.port, "\""));
-  }
-  return hp;
-}
 
 bool IsWildcard(const sockaddr* addr) {
   if (addr->sa_family == AF_INET) {

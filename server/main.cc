@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -154,6 +155,11 @@ ABSL_FLAG(bool, mmap, false,
           "(it then stops and exits 4 as soon as it notices)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address (host:port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; empty disables");
+ABSL_FLAG(std::string, http_listen, "",
+          "OpenAI-compatible HTTP API address (host:port: /health, /v1/models); empty disables");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model's id in the HTTP API (/v1/models, a request's \"model\"); default: the model file's name "
+          "without .gguf");
 ABSL_FLAG(int, workers, 1, "worker threads stepping sessions");
 ABSL_FLAG(int, threads, 0,
           "compute threads per worker; 0: the CPUs this process may use (cgroup CPU quota, affinity mask) "
@@ -416,6 +422,14 @@ int main(int argc, char** argv) {
   decoded::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
   server_options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  server_options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  server_options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (server_options.served_model_name.empty()) {
+    server_options.served_model_name = std::filesystem::path(absl::GetFlag(FLAGS_model)).filename().string();
+    if (absl::EndsWith(server_options.served_model_name, ".gguf")) {
+      server_options.served_model_name.resize(server_options.served_model_name.size() - 5);
+    }
+  }
   server_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   server_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   server_options.auth_token = absl::GetFlag(FLAGS_auth_token);

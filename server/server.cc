@@ -157,11 +157,32 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   if (options.listener_probe_interval > absl::ZeroDuration()) {
     server->prober_ = std::thread([self] { self->ProbeListener(); });
   }
+  if (!options.http_listen.empty()) {
+    http::OpenAiRoutesOptions routes;
+    routes.auth_token = options.auth_token;
+    routes.serving_state = [self] { return self->HttpServingState(); };
+    routes.served_model = [self] {
+      http::ServedModel m;
+      const int64_t created = self->engine_attached_unix_seconds_.load();
+      if (created == 0) return m;  // no engine yet
+      m.id = self->options_.served_model_name;
+      m.created = created;
+      m.max_model_len = self->engine_->ModelInfo().session_context_length;
+      return m;
+    };
+    http::HttpServerOptions http_options;
+    http_options.listen = options.http_listen;
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> http =
+        http::HttpServer::Start(http_options, http::OpenAiRoutes(std::move(routes)));
+    if (!http.ok()) return http.status();
+    server->http_ = *std::move(http);
+  }
   return server;
 }
 
 DecodedServer::~DecodedServer() {
   Drain(absl::ZeroDuration());
+  if (http_ != nullptr) http_->Stop();  // no HTTP handler reads the engine after this
   stop_threads_.Notify();
   if (watchdog_.joinable()) watchdog_.join();
   if (prober_.joinable()) prober_.join();
@@ -175,6 +196,26 @@ DecodedServer::~DecodedServer() {
   engine_.reset();
 }
 
+int DecodedServer::http_port() const { return http_ == nullptr ? 0 : http_->port(); }
+
+http::ServingState DecodedServer::HttpServingState() {
+  absl::MutexLock lock(&health_mu_);
+  http::ServingState s;
+  s.serving = attached_ && !stuck_ && !listener_failed_ && !draining_ && !device_lost_;
+  if (!attached_) {
+    s.reason = "loading the model";
+  } else if (draining_) {
+    s.reason = "draining (shutting down)";
+  } else if (device_lost_) {
+    s.reason = "the serving device was lost";
+  } else if (listener_failed_) {
+    s.reason = "the gRPC listener failed";
+  } else if (stuck_) {
+    s.reason = "a step has run past --stuck_step_seconds";
+  }
+  return s;
+}
+
 int DecodedServer::metrics_port() const {
   return metrics_endpoint_ == nullptr ? 0 : metrics_endpoint_->port();
 }
@@ -183,6 +224,7 @@ void DecodedServer::AttachEngine(std::unique_ptr<serving::Engine> engine) {
   engine_ = std::move(engine);
   metrics_->SetEngine(engine_.get());
   service_->AttachEngine(engine_.get());
+  engine_attached_unix_seconds_ = absl::ToUnixSeconds(absl::Now());
   {
     absl::MutexLock lock(&health_mu_);
     attached_ = true;
@@ -327,6 +369,7 @@ void DecodedServer::Drain(absl::Duration period) {
     streams.WaitUntilEmpty(end - teardown);
   }
   streams.MarkCancellingAll();
+  if (http_ != nullptr) http_->Stop();
   listener_->Stop();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();

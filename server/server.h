@@ -50,6 +50,8 @@
 #include "grpcpp/grpcpp.h"
 #include "server/decoder_service.h"
 #include "server/health_service.h"
+#include "server/http/http_server.h"
+#include "server/http/openai_routes.h"
 #include "server/http2_guard.h"
 #include "server/listener.h"
 #include "server/metrics.h"
@@ -62,6 +64,10 @@ namespace decoded::server {
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
   std::string metrics_listen;              // empty: no /metrics endpoint
+  // The OpenAI API over HTTP/1.1 (server/http/openai_routes.h); empty: off.
+  std::string http_listen;
+  // What /v1/models lists and requests name as "model".
+  std::string served_model_name;
   std::string tls_cert_file;               // both set: TLS, else plaintext
   std::string tls_key_file;
   std::string auth_token;                  // non-empty: bearer token required (Decoder, reflection)
@@ -127,6 +133,8 @@ class DecodedServer {
   DecodedServer& operator=(const DecodedServer&) = delete;
 
   int port() const { return listener_->port(); }
+  // Port of the HTTP front door; 0 when disabled.
+  int http_port() const;
   // Port of the /metrics endpoint; 0 when disabled.
   int metrics_port() const;
   // The attached engine (null before AttachEngine).
@@ -160,6 +168,8 @@ class DecodedServer {
   void ProbeListener();
   void ListenerFailed(const absl::Status& why) ABSL_LOCKS_EXCLUDED(health_mu_);
   ServerState State();
+  // Serving, or why not, for the HTTP front door's /health.
+  http::ServingState HttpServingState() ABSL_LOCKS_EXCLUDED(health_mu_);
 
   ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
@@ -175,6 +185,8 @@ class DecodedServer {
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<ReflectionV1AlphaService> reflection_v1alpha_;
   std::unique_ptr<serving::Engine> engine_;  // outlives server_ (declared before it)
+  std::atomic<int64_t> engine_attached_unix_seconds_{0};
+  std::unique_ptr<http::HttpServer> http_;   // stopped before engine_ goes (declared after it)
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;  // owned by server_'s life

@@ -551,6 +551,39 @@ TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
   EXPECT_EQ(scrape("decoded_health_serving"), 0);  // draining: load balancers stop sending
 }
 
+// The HTTP front door (--http_listen) follows the daemon's health and lists
+// the served model once it is loaded.
+TEST(HttpFrontDoorTest, HealthFollowsTheServerAndModelsListsTheServedModel) {
+  ServerOptions so;
+  so.listen = "127.0.0.1:0";
+  so.metrics_listen = "";
+  so.http_listen = "127.0.0.1:0";
+  so.served_model_name = "tiny-swa";
+  absl::StatusOr<std::unique_ptr<DecodedServer>> server = DecodedServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->http_port();
+  ASSERT_GT(port, 0);
+  std::string reply = HttpGet(port, "/health");
+  EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 503")) << reply;
+  EXPECT_TRUE(absl::StrContains(reply, "loading the model")) << reply;
+  EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/v1/models"), "HTTP/1.1 503"));
+
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  eo.context_length = 64;
+  absl::StatusOr<std::unique_ptr<serving::Engine>> engine = serving::Engine::Create(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  (*server)->AttachEngine(*std::move(engine));
+  reply = HttpGet(port, "/health");
+  EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 200")) << reply;
+  reply = HttpGet(port, "/v1/models");
+  EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 200")) << reply;
+  EXPECT_TRUE(absl::StrContains(reply, R"("id":"tiny-swa")")) << reply;
+  EXPECT_TRUE(absl::StrContains(reply, R"("max_model_len":64)")) << reply;
+  (*server)->Drain(absl::Seconds(1));
+  EXPECT_EQ(HttpGet(port, "/health"), "");  // stopped with the drain
+}
+
 // Byte tokens can spell ill-formed UTF-8; the reply must still parse (a
 // proto3 string must be valid UTF-8), with U+FFFD per maximal subpart
 // (Unicode Standard ch. 3, Tables 3-9 and 3-11 for the issue's two cases).

@@ -1,0 +1,345 @@
+#include "server/http/http_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include "absl/strings/string_view.h"
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "boost/asio/dispatch.hpp"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ip/v6_only.hpp"
+#include "boost/asio/post.hpp"
+#include "boost/asio/strand.hpp"
+#include "boost/asio/write.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "server/host_port.h"
+#include "server/http/openai_error.h"
+
+namespace decoded::server::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+const std::string& HttpRequest::header(const std::string& lower_case_name) const {
+  static const std::string* const kEmpty = new std::string();
+  const auto it = headers.find(lower_case_name);
+  return it == headers.end() ? *kEmpty : it->second;
+}
+
+namespace {
+
+std::chrono::steady_clock::duration ToChrono(absl::Duration d) { return absl::ToChronoNanoseconds(d); }
+
+class Connection;
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  HttpServerOptions options;
+  HttpHandler handler;
+  asio::io_context ioc;
+  // The acceptor's operations and its close run on one strand (the io
+  // threads may be several).
+  tcp::acceptor acceptor{asio::make_strand(ioc)};
+  // Keeps run() going until Stop has posted every close: a connection
+  // waiting for its reply has no operation pending, so once the acceptor
+  // closed the threads could return before the other closes were posted.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{asio::make_work_guard(ioc)};
+  int port = 0;
+  std::vector<std::thread> threads;
+
+  std::atomic<int64_t> open{0}, accepted{0}, refused{0}, requests{0}, requests_refused{0};
+
+  absl::Mutex mu;
+  bool stopped ABSL_GUARDED_BY(mu) = false;
+  absl::flat_hash_map<Connection*, std::weak_ptr<Connection>> connections ABSL_GUARDED_BY(mu);
+
+  void Accept();
+  // Posts `fn` to `strand` unless the server stopped (then the work is
+  // dropped: nothing runs the io context any more).
+  template <typename Executor, typename Fn>
+  bool PostUnlessStopped(const Executor& strand, Fn&& fn) {
+    absl::MutexLock lock(&mu);
+    if (stopped) return false;
+    asio::post(strand, std::forward<Fn>(fn));
+    return true;
+  }
+};
+
+namespace {
+
+// Answers of the server itself (the request never reached the handler).
+HttpResponse PlainError(int status, absl::string_view message) {
+  return OpenAiError(status, "invalid_request_error", message);
+}
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<HttpServer::Impl> server, tcp::socket socket)
+      : server_(std::move(server)), stream_(std::move(socket)) {
+    beast::error_code ec;
+    const tcp::endpoint remote = stream_.socket().remote_endpoint(ec);
+    if (!ec) {
+      peer_ = remote.address().is_v6() ? absl::StrCat("[", remote.address().to_string(), "]:", remote.port())
+                                       : absl::StrCat(remote.address().to_string(), ":", remote.port());
+    }
+  }
+
+  ~Connection() {
+    server_->open.fetch_sub(1);
+    absl::MutexLock lock(&server_->mu);
+    server_->connections.erase(this);
+  }
+
+  void Start() {
+    {
+      absl::MutexLock lock(&server_->mu);
+      server_->connections[this] = weak_from_this();
+    }
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+  }
+
+  // On the strand: ends the connection (pending operations complete with
+  // operation_aborted).
+  void Close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+  beast::tcp_stream::executor_type executor() { return stream_.get_executor(); }
+
+  // Any thread: writes `response` on the strand, then reads the next
+  // request (or closes).
+  void PostReply(HttpResponse response) {
+    server_->PostUnlessStopped(stream_.get_executor(),
+                               [self = shared_from_this(), r = std::move(response)]() mutable { self->Write(std::move(r), false); });
+  }
+
+ private:
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<int64_t>(server_->options.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(static_cast<std::uint64_t>(server_->options.max_body_bytes));
+    stream_.expires_after(ToChrono(server_->options.request_timeout));
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    // curl and others wait for 100 Continue before a large body.
+    const auto& req = parser_->get();
+    const auto expect = req.find(bhttp::field::expect);
+    if (expect != req.end() && absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()),
+                                                      "100-continue") &&
+        !parser_->is_done()) {
+      static constexpr absl::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                        [self = shared_from_this()](beast::error_code wec, size_t) {
+                          if (wec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRequest(ec); });
+  }
+
+  void OnReadError(beast::error_code ec) {
+    if (ec == bhttp::error::header_limit) return Refuse(431, "request header fields too large");
+    if (ec == bhttp::error::body_limit) {
+      return Refuse(413, absl::StrCat("request body larger than ", server_->options.max_body_bytes, " bytes"));
+    }
+    // Beast's parse errors get a 400; a message cut short, a timeout, a
+    // reset or a close leave nobody to answer.
+    const bool parse_error = ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+                             ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
+                             ec != bhttp::error::short_read;
+    if (!parse_error) return Close();
+    Refuse(400, absl::StrCat("malformed HTTP request: ", ec.message()));
+  }
+
+  void Refuse(int status, absl::string_view message) {
+    server_->requests_refused.fetch_add(1);
+    Write(PlainError(status, message), /*close=*/true);
+  }
+
+  void OnRequest(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    bhttp::request<bhttp::string_body> req = parser_->release();
+    parser_.reset();
+    keep_alive_ = req.keep_alive();
+    auto exchange = std::make_shared<Exchange>(shared_from_this());
+    HttpRequest& r = exchange->req;
+    r.method = std::string(req.method_string());
+    const absl::string_view target(req.target().data(), req.target().size());
+    const size_t q = target.find('?');
+    r.path = std::string(target.substr(0, q));
+    if (q != absl::string_view::npos) r.query = std::string(target.substr(q + 1));
+    for (const auto& field : req) {
+      std::string name = absl::AsciiStrToLower(absl::string_view(field.name_string().data(), field.name_string().size()));
+      const absl::string_view value(field.value().data(), field.value().size());
+      auto [it, inserted] = r.headers.try_emplace(std::move(name), value);
+      if (!inserted) absl::StrAppend(&it->second, ", ", value);
+    }
+    r.body = std::move(req.body());
+    r.peer = peer_;
+    server_->requests.fetch_add(1);
+    // The connection reads nothing more until this request is answered.
+    stream_.expires_never();
+    server_->handler(std::move(exchange));
+  }
+
+  void Write(HttpResponse r, bool close) {
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>();
+    res->version(11);
+    res->result(static_cast<unsigned>(r.status));
+    res->set(bhttp::field::server, "decoded");
+    res->set(bhttp::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) res->set(name, value);
+    res->body() = std::move(r.body);
+    res->keep_alive(keep_alive_ && !close);
+    res->prepare_payload();
+    stream_.expires_after(ToChrono(server_->options.write_timeout));
+    bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+      if (ec || !res->keep_alive()) return self->Close();
+      self->ReadHeader();
+    });
+  }
+
+  // HttpExchange of one request: replies through the connection's strand.
+  struct Exchange : HttpExchange {
+    explicit Exchange(std::shared_ptr<Connection> c) : conn(std::move(c)) {}
+    ~Exchange() override {
+      if (!responded.exchange(true)) {
+        conn->PostReply(OpenAiError(500, "server_error", "the request was dropped without a reply"));
+      }
+    }
+    const HttpRequest& request() const override { return req; }
+    void Respond(HttpResponse response) override {
+      if (responded.exchange(true)) return;
+      conn->PostReply(std::move(response));
+    }
+    std::shared_ptr<Connection> conn;
+    HttpRequest req;
+    std::atomic<bool> responded{false};
+  };
+
+  std::shared_ptr<HttpServer::Impl> server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::string peer_;
+  bool keep_alive_ = false;
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(asio::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+    if (!ec) {
+      self->accepted.fetch_add(1);
+      if (self->open.load() >= self->options.max_connections) {
+        self->refused.fetch_add(1);
+        beast::error_code ignored;
+        socket.close(ignored);
+      } else {
+        self->open.fetch_add(1);
+        std::make_shared<Connection>(self, std::move(socket))->Start();
+      }
+    }
+    // Out of descriptors and the like: keep accepting (the next try may
+    // succeed once connections close).
+    self->Accept();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, HttpHandler handler) {
+  if (options.threads < 1 || options.max_connections < 1 || options.max_header_bytes < 1024 ||
+      options.max_body_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "HTTP server: threads and max_connections must be >= 1, max_header_bytes >= 1024, max_body_bytes >= 1");
+  }
+  absl::StatusOr<HostPort> hp = SplitAddress(options.listen);
+  if (!hp.ok()) return hp.status();
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  impl->handler = std::move(handler);
+  beast::error_code ec;
+  tcp::resolver resolver(impl->ioc);
+  const auto found = resolver.resolve(hp->host.empty() ? "::" : hp->host, hp->port,
+                                      tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || found.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("HTTP listen address \"", options.listen,
+                                                   "\" does not resolve: ", ec.message()));
+  }
+  const tcp::endpoint endpoint = found.begin()->endpoint();
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec && endpoint.protocol() == tcp::v6()) impl->acceptor.set_option(asio::ip::v6_only(false), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", options.listen, ": ", ec.message()));
+  impl->port = impl->acceptor.local_endpoint(ec).port();
+  impl->Accept();
+  for (int i = 0; i < options.threads; ++i) {
+    impl->threads.emplace_back([io = impl.get()] { io->ioc.run(); });
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+int HttpServer::port() const { return impl_->port; }
+
+HttpServerCounters HttpServer::Counters() const {
+  return HttpServerCounters{impl_->open.load(), impl_->accepted.load(), impl_->refused.load(), impl_->requests.load(),
+                            impl_->requests_refused.load()};
+}
+
+void HttpServer::Stop() {
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->stopped) return;
+    // Closes go out before `stopped`: they must still be posted.
+    asio::post(impl_->acceptor.get_executor(), [impl = impl_] {
+      beast::error_code ignored;
+      impl->acceptor.close(ignored);
+    });
+    for (auto& [ptr, weak] : impl_->connections) {
+      if (std::shared_ptr<Connection> c = weak.lock()) open.push_back(std::move(c));
+    }
+    for (const std::shared_ptr<Connection>& c : open) {
+      asio::post(c->executor(), [c] { c->Close(); });
+    }
+    impl_->stopped = true;
+  }
+  open.clear();
+  impl_->work.reset();
+  // With the acceptor and every socket closed, run() returns once the
+  // handlers those closes complete have run.
+  for (std::thread& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+}  // namespace decoded::server::http

@@ -1,0 +1,50 @@
+// A request, its reply and the exchange that carries one to the other:
+// what server/http/http_server.h hands its handler.
+#ifndef DECODED_SERVER_HTTP_HTTP_TYPES_H_
+#define DECODED_SERVER_HTTP_HTTP_TYPES_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace decoded::server::http {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ... as sent
+  std::string path;    // the target up to '?'
+  std::string query;   // after '?', "" if none
+  // Header names in lower case; a repeated header's values joined with ", ".
+  absl::flat_hash_map<std::string, std::string> headers;
+  std::string body;
+  std::string peer;  // the client's address, "ip:port"
+
+  // The header's value, "" when absent.
+  const std::string& header(const std::string& lower_case_name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // more headers (e.g. "Allow")
+};
+
+// One request and its reply. Respond once, from any thread; the reply is
+// written on the connection's own strand. An exchange dropped without a
+// reply answers 500 (a handler bug must not hang its client).
+class HttpExchange {
+ public:
+  virtual ~HttpExchange() = default;
+  virtual const HttpRequest& request() const = 0;
+  virtual void Respond(HttpResponse response) = 0;
+};
+
+using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
+
+}  // namespace decoded::server::http
+
+#endif  // DECODED_SERVER_HTTP_HTTP_TYPES_H_

@@ -1,0 +1,94 @@
+#include "server/http/openai_routes.h"
+
+#include "absl/strings/string_view.h"
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/bearer_token.h"
+#include "server/http/openai_error.h"
+
+namespace decoded::server::http {
+namespace {
+
+using nlohmann::json;
+
+HttpResponse Json(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+json ModelObject(const ServedModel& m) {
+  return {{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", "decoded"},
+          {"max_model_len", m.max_model_len}};
+}
+
+class Routes {
+ public:
+  explicit Routes(OpenAiRoutesOptions options) : options_(std::move(options)) {}
+
+  HttpResponse Handle(const HttpRequest& req) const {
+    const std::string& path = req.path;
+    if (path == "/health") {
+      if (req.method != "GET" && req.method != "HEAD") return MethodNotAllowed(req, "GET, HEAD");
+      const ServingState s = options_.serving_state();
+      if (!s.serving) return OpenAiError(503, "server_error", absl::StrCat("not serving: ", s.reason), "", "unavailable");
+      return Json(200, {{"status", "ok"}});
+    }
+    if (!absl::StartsWith(path, "/v1/")) return NotFound(req);
+    if (!options_.auth_token.empty() && !BearerTokenMatches(req.header("authorization"), options_.auth_token)) {
+      return OpenAiError(401, "authentication_error",
+                         "missing or wrong API key: send \"Authorization: Bearer <token>\" (the daemon's --auth_token)",
+                         "", "invalid_api_key");
+    }
+    if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
+      if (req.method != "GET") return MethodNotAllowed(req, "GET");
+      const ServedModel m = options_.served_model ? options_.served_model() : ServedModel{};
+      if (m.id.empty()) {
+        const ServingState s = options_.serving_state();
+        return OpenAiError(503, "server_error", absl::StrCat("no model yet: ", s.reason), "", "unavailable");
+      }
+      if (path == "/v1/models") return Json(200, {{"object", "list"}, {"data", json::array({ModelObject(m)})}});
+      const absl::string_view id = absl::string_view(path).substr(absl::string_view("/v1/models/").size());
+      if (id != m.id) {
+        return OpenAiError(404, "not_found_error", absl::StrCat("the model '", id, "' does not exist; this server serves '",
+                                                                m.id, "'"),
+                           "model", "model_not_found");
+      }
+      return Json(200, ModelObject(m));
+    }
+    return NotFound(req);
+  }
+
+ private:
+  static HttpResponse NotFound(const HttpRequest& req) {
+    return OpenAiError(404, "not_found_error", absl::StrCat("no route for ", req.method, " ", req.path), "",
+                       "not_found");
+  }
+  static HttpResponse MethodNotAllowed(const HttpRequest& req, absl::string_view allow) {
+    HttpResponse r = OpenAiError(405, "invalid_request_error",
+                                 absl::StrCat(req.method, " is not allowed on ", req.path, " (allowed: ", allow, ")"), "",
+                                 "method_not_allowed");
+    r.headers.emplace_back("Allow", std::string(allow));
+    return r;
+  }
+
+  OpenAiRoutesOptions options_;
+};
+
+}  // namespace
+
+HttpHandler OpenAiRoutes(OpenAiRoutesOptions options) {
+  auto routes = std::make_shared<const Routes>(std::move(options));
+  return [routes](std::shared_ptr<HttpExchange> exchange) {
+    HttpResponse r = routes->Handle(exchange->request());
+    // A HEAD reply has the GET reply's headers and no body.
+    if (exchange->request().method == "HEAD") r.body.clear();
+    exchange->Respond(std::move(r));
+  };
+}
+
+}  // namespace decoded::server::http

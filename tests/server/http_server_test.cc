@@ -1,0 +1,362 @@
+// server/http/http_server.h over real sockets: requests and replies, keep-alive
+// and pipelining in order, the limits answered before the handler (431, 413,
+// 400), Expect: 100-continue, chunked bodies, the request timeout against a
+// client that trickles, max_connections, replies from other threads, an
+// exchange dropped without a reply, and Stop with a request still open.
+#include "server/http/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+
+namespace decoded::server::http {
+namespace {
+
+// A blocking client socket with a receive deadline.
+class Client {
+ public:
+  explicit Client(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~Client() { close(fd_); }
+  bool connected() const { return connected_; }
+
+  bool Send(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      const ssize_t n = send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  // Reads until `pred(buffer)` or EOF or `timeout`; returns false on timeout.
+  template <typename Pred>
+  bool ReadUntil(Pred pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!pred(buf_)) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char tmp[4096];
+      const ssize_t n = recv(fd_, tmp, sizeof(tmp), 0);
+      if (n <= 0) {
+        eof_ = true;
+        return pred(buf_);
+      }
+      buf_.append(tmp, static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  struct Response {
+    int status = 0;
+    std::string head;  // status line and headers
+    std::string body;
+  };
+
+  // The next complete response (Content-Length framed); status 0 if none
+  // came (EOF or timeout).
+  Response ReadResponse() {
+    Response r;
+    size_t header_end = std::string::npos;
+    size_t length = 0;
+    auto complete = [&](const std::string& b) {
+      header_end = b.find("\r\n\r\n");
+      if (header_end == std::string::npos) return false;
+      const std::string head = absl::AsciiStrToLower(b.substr(0, header_end));
+      const size_t cl = head.find("content-length: ");
+      length = 0;
+      if (cl != std::string::npos) {
+        const size_t eol = head.find("\r\n", cl);
+        (void)absl::SimpleAtoi(head.substr(cl + 16, eol - cl - 16), &length);
+      }
+      return b.size() >= header_end + 4 + length;
+    };
+    if (!ReadUntil(complete)) return r;
+    r.head = buf_.substr(0, header_end);
+    r.body = buf_.substr(header_end + 4, length);
+    buf_.erase(0, header_end + 4 + length);
+    (void)absl::SimpleAtoi(r.head.substr(9, 3), &r.status);
+    return r;
+  }
+
+  // True when the server closed the connection within `timeout`.
+  bool ClosedWithin(std::chrono::milliseconds timeout) {
+    ReadUntil([&](const std::string&) { return eof_; }, timeout);
+    return eof_;
+  }
+
+  std::string& buffer() { return buf_; }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool eof_ = false;
+  std::string buf_;
+};
+
+std::string Get(const std::string& path, const std::string& extra = "") {
+  return absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\n", extra, "\r\n");
+}
+
+std::string Post(const std::string& path, const std::string& body, const std::string& extra = "") {
+  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\nContent-Length: ", body.size(), "\r\n", extra, "\r\n",
+                      body);
+}
+
+// Answers every request with "<method> <path>?<query> <x-test header> <body>".
+HttpHandler Echo() {
+  return [](std::shared_ptr<HttpExchange> ex) {
+    const HttpRequest& r = ex->request();
+    HttpResponse res;
+    res.content_type = "text/plain";
+    res.body = absl::StrCat(r.method, " ", r.path, "?", r.query, " ", r.header("x-test"), " ", r.body);
+    ex->Respond(std::move(res));
+  };
+}
+
+std::unique_ptr<HttpServer> StartServer(HttpHandler handler, HttpServerOptions o = {}) {
+  o.listen = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<HttpServer>> s = HttpServer::Start(o, std::move(handler));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *std::move(s) : nullptr;
+}
+
+TEST(HttpServerTest, RequestsOnAKeptAliveConnection) {
+  auto server = StartServer(Echo());
+  Client c(server->port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send(Get("/a?x=1", "X-Test: one\r\n")));
+  Client::Response r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "GET /a?x=1 one ");
+  EXPECT_TRUE(absl::StrContains(r.head, "Content-Type: text/plain"));
+  ASSERT_TRUE(c.Send(Post("/b", "hello", "x-test: two\r\nX-Test: three\r\n")));
+  r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "POST /b? two, three hello");  // repeated header joined
+  EXPECT_EQ(server->Counters().requests, 2);
+}
+
+TEST(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  // The first request is answered late from another thread; the second,
+  // sent in the same packet, is answered at once: the replies keep order.
+  std::vector<std::thread> later;
+  absl::Mutex mu;
+  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
+    if (ex->request().path == "/slow") {
+      absl::MutexLock lock(&mu);
+      later.emplace_back([ex] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        HttpResponse r;
+        r.body = "slow";
+        ex->Respond(std::move(r));
+      });
+      return;
+    }
+    HttpResponse r;
+    r.body = "fast";
+    ex->Respond(std::move(r));
+  });
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/slow") + Get("/fast")));
+  EXPECT_EQ(c.ReadResponse().body, "slow");
+  EXPECT_EQ(c.ReadResponse().body, "fast");
+  absl::MutexLock lock(&mu);
+  for (std::thread& t : later) t.join();
+}
+
+TEST(HttpServerTest, TooLargeHeaderGets431AndTheConnectionEnds) {
+  HttpServerOptions o;
+  o.max_header_bytes = 4096;
+  std::atomic<int> handled{0};
+  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
+    ++handled;
+    ex->Respond(HttpResponse{});
+  }, o);
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/", absl::StrCat("X-Big: ", std::string(8000, 'a'), "\r\n"))));
+  Client::Response r = c.ReadResponse();
+  EXPECT_EQ(r.status, 431);
+  EXPECT_TRUE(absl::StrContains(r.body, "\"type\":\"invalid_request_error\"")) << r.body;
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+  EXPECT_EQ(handled.load(), 0);
+  EXPECT_EQ(server->Counters().requests_refused, 1);
+}
+
+TEST(HttpServerTest, TooLargeBodyGets413ByContentLengthOrChunks) {
+  HttpServerOptions o;
+  o.max_body_bytes = 1000;
+  std::atomic<int> handled{0};
+  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
+    ++handled;
+    ex->Respond(HttpResponse{});
+  }, o);
+  {
+    // Refused on the header alone: the body is never read.
+    Client c(server->port());
+    ASSERT_TRUE(c.Send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n\r\n"));
+    EXPECT_EQ(c.ReadResponse().status, 413);
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+  }
+  {
+    Client c(server->port());
+    std::string chunked = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (int i = 0; i < 3; ++i) absl::StrAppend(&chunked, "1f4\r\n", std::string(500, 'b'), "\r\n");
+    absl::StrAppend(&chunked, "0\r\n\r\n");
+    ASSERT_TRUE(c.Send(chunked));
+    EXPECT_EQ(c.ReadResponse().status, 413);
+  }
+  EXPECT_EQ(handled.load(), 0);
+}
+
+TEST(HttpServerTest, ChunkedBodyIsAssembled) {
+  auto server = StartServer(Echo());
+  Client c(server->port());
+  ASSERT_TRUE(c.Send("POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"));
+  Client::Response r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "POST /c?  abcde");
+}
+
+TEST(HttpServerTest, MalformedRequestsGet400) {
+  auto server = StartServer(Echo());
+  for (const std::string& bad : {std::string("GARBAGE\r\n\r\n"), std::string("GET / HTTP/9.9\r\n\r\n"),
+                                std::string("GET / HTTP/1.1\r\nBad Header Without Colon\r\n\r\n"),
+                                std::string("POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n")}) {
+    Client c(server->port());
+    ASSERT_TRUE(c.Send(bad));
+    Client::Response r = c.ReadResponse();
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_TRUE(absl::StrContains(r.body, "malformed HTTP request")) << r.body;
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000))) << bad;
+  }
+}
+
+TEST(HttpServerTest, ExpectContinueGets100BeforeTheBody) {
+  auto server = StartServer(Echo());
+  Client c(server->port());
+  ASSERT_TRUE(c.Send("POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"));
+  ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return absl::StrContains(b, "\r\n\r\n"); }));
+  EXPECT_TRUE(absl::StartsWith(c.buffer(), "HTTP/1.1 100 Continue\r\n\r\n")) << c.buffer();
+  c.buffer().erase(0, std::string("HTTP/1.1 100 Continue\r\n\r\n").size());
+  ASSERT_TRUE(c.Send("body"));
+  EXPECT_EQ(c.ReadResponse().body, "POST /e?  body");
+}
+
+TEST(HttpServerTest, ARequestTrickledPastTheTimeoutEndsTheConnection) {
+  HttpServerOptions o;
+  o.request_timeout = absl::Milliseconds(300);
+  auto server = StartServer(Echo(), o);
+  Client slow(server->port());
+  ASSERT_TRUE(slow.Send("GET / HTTP/1.1\r\nHost: x\r\n"));  // never finishes its header
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(slow.ClosedWithin(std::chrono::milliseconds(3000)));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  // An idle kept-alive connection ends the same way.
+  Client idle(server->port());
+  ASSERT_TRUE(idle.Send(Get("/")));
+  EXPECT_EQ(idle.ReadResponse().status, 200);
+  EXPECT_TRUE(idle.ClosedWithin(std::chrono::milliseconds(3000)));
+}
+
+TEST(HttpServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
+  HttpServerOptions o;
+  o.max_connections = 2;
+  auto server = StartServer(Echo(), o);
+  Client a(server->port()), b(server->port());
+  ASSERT_TRUE(a.Send(Get("/a")));
+  ASSERT_EQ(a.ReadResponse().status, 200);
+  ASSERT_TRUE(b.Send(Get("/b")));
+  ASSERT_EQ(b.ReadResponse().status, 200);
+  Client c(server->port());
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+  EXPECT_EQ(server->Counters().connections_refused, 1);
+  // The two admitted ones still work.
+  ASSERT_TRUE(a.Send(Get("/again")));
+  EXPECT_EQ(a.ReadResponse().status, 200);
+}
+
+TEST(HttpServerTest, ConnectionCloseIsHonoured) {
+  auto server = StartServer(Echo());
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/", "Connection: close\r\n")));
+  Client::Response r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(absl::StrContains(absl::AsciiStrToLower(r.head), "connection: close"));
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+}
+
+TEST(HttpServerTest, AnExchangeDroppedWithoutAReplyAnswers500) {
+  auto server = StartServer([](std::shared_ptr<HttpExchange>) {});
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  Client::Response r = c.ReadResponse();
+  EXPECT_EQ(r.status, 500);
+  EXPECT_TRUE(absl::StrContains(r.body, "server_error")) << r.body;
+}
+
+TEST(HttpServerTest, StopWithARequestStillOpenReturnsAndALateReplyIsDropped) {
+  std::shared_ptr<HttpExchange> kept;
+  absl::Mutex mu;
+  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
+    absl::MutexLock lock(&mu);
+    kept = std::move(ex);
+  });
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto has_request = [&] {
+    absl::MutexLock lock(&mu);
+    return kept != nullptr;
+  };
+  for (int i = 0; i < 500 && !has_request(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto start = std::chrono::steady_clock::now();
+  server->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+  absl::MutexLock lock(&mu);
+  ASSERT_NE(kept, nullptr);
+  kept->Respond(HttpResponse{});  // after Stop: dropped, no crash
+  kept.reset();
+  server.reset();
+}
+
+TEST(HttpServerTest, BadOptionsAndAddressesAreRefused) {
+  HttpServerOptions o;
+  o.listen = "no-port";
+  EXPECT_EQ(HttpServer::Start(o, Echo()).status().code(), absl::StatusCode::kInvalidArgument);
+  o.listen = "127.0.0.1:0";
+  o.threads = 0;
+  EXPECT_EQ(HttpServer::Start(o, Echo()).status().code(), absl::StatusCode::kInvalidArgument);
+  // A port in use.
+  auto first = StartServer(Echo());
+  o.threads = 1;
+  o.listen = absl::StrCat("127.0.0.1:", first->port());
+  EXPECT_EQ(HttpServer::Start(o, Echo()).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace decoded::server::http

@@ -1,0 +1,141 @@
+// server/http/openai_routes.h without sockets: /health while loading and
+// serving, /v1/models and /v1/models/{id}, OpenAI's error object with its
+// status for 401 / 404 / 405 / 503, and the bearer token on /v1/* only.
+#include "server/http/openai_routes.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace decoded::server::http {
+namespace {
+
+using nlohmann::json;
+
+class FakeExchange : public HttpExchange {
+ public:
+  explicit FakeExchange(HttpRequest r) : req_(std::move(r)) {}
+  const HttpRequest& request() const override { return req_; }
+  void Respond(HttpResponse r) override {
+    ++replies;
+    response = std::move(r);
+  }
+  int replies = 0;
+  HttpResponse response;
+
+ private:
+  HttpRequest req_;
+};
+
+struct Fixture {
+  ServingState state{false, "loading the model"};
+  ServedModel model;
+  std::string token;
+
+  HttpResponse Call(const std::string& method, const std::string& path, const std::string& auth = "") {
+    OpenAiRoutesOptions o;
+    o.auth_token = token;
+    o.serving_state = [this] { return state; };
+    o.served_model = [this] { return model; };
+    HttpHandler handler = OpenAiRoutes(std::move(o));
+    HttpRequest r;
+    r.method = method;
+    r.path = path;
+    if (!auth.empty()) r.headers["authorization"] = auth;
+    auto ex = std::make_shared<FakeExchange>(std::move(r));
+    handler(ex);
+    EXPECT_EQ(ex->replies, 1);
+    return ex->response;
+  }
+  void Serve() {
+    state = {true, ""};
+    model = {"gemma-3-270m-q4_k_m", 1700000000, 2048};
+  }
+};
+
+// The error object OpenAI's SDKs parse: message, type, param, code.
+json ErrorOf(const HttpResponse& r) {
+  const json j = json::parse(r.body);
+  EXPECT_TRUE(j.contains("error")) << r.body;
+  const json& e = j["error"];
+  EXPECT_TRUE(e["message"].is_string()) << r.body;
+  EXPECT_TRUE(e["type"].is_string()) << r.body;
+  EXPECT_TRUE(e.contains("param")) << r.body;
+  EXPECT_TRUE(e.contains("code")) << r.body;
+  return e;
+}
+
+TEST(OpenAiRoutesTest, HealthIs503WhileLoadingAnd200Serving) {
+  Fixture f;
+  HttpResponse r = f.Call("GET", "/health");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(ErrorOf(r)["message"].get<std::string>().find("loading the model"), std::string::npos);
+  EXPECT_EQ(f.Call("GET", "/v1/models").status, 503);
+  f.Serve();
+  r = f.Call("GET", "/health");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["status"], "ok");
+  r = f.Call("HEAD", "/health");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.body.empty());
+  f.state = {false, "draining (shutting down)"};
+  EXPECT_EQ(f.Call("GET", "/health").status, 503);
+}
+
+TEST(OpenAiRoutesTest, ModelsListsTheServedModel) {
+  Fixture f;
+  f.Serve();
+  HttpResponse r = f.Call("GET", "/v1/models");
+  ASSERT_EQ(r.status, 200);
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["id"], "gemma-3-270m-q4_k_m");
+  EXPECT_EQ(j["data"][0]["object"], "model");
+  EXPECT_EQ(j["data"][0]["created"], 1700000000);
+  EXPECT_EQ(j["data"][0]["owned_by"], "decoded");
+  EXPECT_EQ(j["data"][0]["max_model_len"], 2048);
+  r = f.Call("GET", "/v1/models/gemma-3-270m-q4_k_m");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["id"], "gemma-3-270m-q4_k_m");
+  r = f.Call("GET", "/v1/models/gpt-4o");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(ErrorOf(r)["code"], "model_not_found");
+  EXPECT_EQ(ErrorOf(r)["param"], "model");
+}
+
+TEST(OpenAiRoutesTest, UnknownPathsAndMethods) {
+  Fixture f;
+  f.Serve();
+  HttpResponse r = f.Call("GET", "/v2/anything");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(ErrorOf(r)["type"], "not_found_error");
+  EXPECT_EQ(f.Call("GET", "/v1/nothing").status, 404);
+  r = f.Call("DELETE", "/v1/models");
+  EXPECT_EQ(r.status, 405);
+  ASSERT_EQ(r.headers.size(), 1u);
+  EXPECT_EQ(r.headers[0].first, "Allow");
+  EXPECT_EQ(r.headers[0].second, "GET");
+  EXPECT_EQ(f.Call("POST", "/health").status, 405);
+}
+
+TEST(OpenAiRoutesTest, BearerTokenGuardsTheApiNotHealth) {
+  Fixture f;
+  f.Serve();
+  f.token = "s3cret";
+  HttpResponse r = f.Call("GET", "/v1/models");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(ErrorOf(r)["type"], "authentication_error");
+  EXPECT_EQ(f.Call("GET", "/v1/models", "Bearer wrong").status, 401);
+  EXPECT_EQ(f.Call("GET", "/v1/models", "Basic s3cret").status, 401);
+  EXPECT_EQ(f.Call("GET", "/v1/models", "Bearer s3cret").status, 200);
+  EXPECT_EQ(f.Call("GET", "/v1/models", "bearer s3cret").status, 200);  // the scheme in any case
+  EXPECT_EQ(f.Call("GET", "/health").status, 200);
+  // Unknown API paths need the token too (no probing without it).
+  EXPECT_EQ(f.Call("GET", "/v1/secret").status, 401);
+}
+
+}  // namespace
+}  // namespace decoded::server::http
