@@ -20,6 +20,8 @@ export DECODED_F32_MODEL_PATH="${DECODED_F32_MODEL_PATH:-$(scripts/fetch_f32_mod
 export DECODED_SMOLLM2_PATH="${DECODED_SMOLLM2_PATH:-$(scripts/fetch_model.sh smollm2)}"
 export DECODED_QWEN2_PATH="${DECODED_QWEN2_PATH:-$(scripts/fetch_model.sh qwen2)}"
 export DECODED_REQUIRE_MODEL=1
+# The official OpenAI SDK for the HTTP API's client test (tests/server/openai_sdk_test.py).
+scripts/pip_install.sh python3 "openai==3.63.0"
 # The Vulkan backend's tests run on Mesa's lavapipe (mesa-vulkan-drivers) with
 # the Khronos validation layer; without a device they would skip: fail instead.
 export DECODED_REQUIRE_VULKAN=1

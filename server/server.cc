@@ -158,7 +158,16 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     server->prober_ = std::thread([self] { self->ProbeListener(); });
   }
   if (!options.http_listen.empty()) {
+    http::CompletionsOptions completions;
+    completions.engine = [self]() -> serving::Engine* {
+      return self->engine_attached_unix_seconds_.load() == 0 ? nullptr : self->engine_.get();
+    };
+    completions.served_model_name = [self] { return self->options_.served_model_name; };
+    completions.run = [self](absl::AnyInvocable<void()> task) { return self->turn_pool_->Submit(std::move(task)); };
+    completions.not_serving_reason = [self] { return self->HttpServingState().reason; };
+    server->completions_ = std::make_shared<http::OpenAiCompletions>(std::move(completions));
     http::OpenAiRoutesOptions routes;
+    routes.completions = server->completions_;
     routes.auth_token = options.auth_token;
     routes.serving_state = [self] { return self->HttpServingState(); };
     routes.served_model = [self] {
@@ -182,7 +191,12 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
 
 DecodedServer::~DecodedServer() {
   Drain(absl::ZeroDuration());
-  if (http_ != nullptr) http_->Stop();  // no HTTP handler reads the engine after this
+  if (http_ != nullptr) http_->Stop();  // no new HTTP request after this
+  // An HTTP turn's sink and its reply task use the engine until its session
+  // is released: Drain's BeginShutdown has ended every turn by now.
+  if (completions_ != nullptr && !completions_->WaitUntilIdle(absl::Now() + absl::Seconds(10))) {
+    std::cerr << "decoded: " << completions_->in_flight() << " HTTP requests still open at exit\n";
+  }
   stop_threads_.Notify();
   if (watchdog_.joinable()) watchdog_.join();
   if (prober_.joinable()) prober_.join();
@@ -364,9 +378,14 @@ void DecodedServer::Drain(absl::Duration period) {
   const absl::Duration reserve = std::min(period / 5, absl::Seconds(1));
   const absl::Duration teardown = std::min(reserve / 2, absl::Milliseconds(250));
   StreamRegistry& streams = service_->streams();
-  if (!streams.WaitUntilEmpty(end - reserve) && engine_ != nullptr) {
+  // HTTP requests are turns too (their sessions end with their replies).
+  auto http_idle = [&](absl::Time deadline) { return completions_ == nullptr || completions_->WaitUntilIdle(deadline); };
+  const bool streams_done = streams.WaitUntilEmpty(end - reserve);
+  const bool http_done = http_idle(end - reserve);
+  if ((!streams_done || !http_done) && engine_ != nullptr) {
     engine_->BeginShutdown();
     streams.WaitUntilEmpty(end - teardown);
+    http_idle(end - teardown);
   }
   streams.MarkCancellingAll();
   if (http_ != nullptr) http_->Stop();

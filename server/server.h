@@ -186,6 +186,7 @@ class DecodedServer {
   std::unique_ptr<ReflectionV1AlphaService> reflection_v1alpha_;
   std::unique_ptr<serving::Engine> engine_;  // outlives server_ (declared before it)
   std::atomic<int64_t> engine_attached_unix_seconds_{0};
+  std::shared_ptr<http::OpenAiCompletions> completions_;  // the HTTP turns; idle before engine_ goes
   std::unique_ptr<http::HttpServer> http_;   // stopped before engine_ goes (declared after it)
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<grpc::Server> server_;

@@ -1,6 +1,8 @@
 #include "server/http/http_server.h"
 
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <chrono>
 #include <optional>
 #include "absl/strings/string_view.h"
@@ -17,6 +19,7 @@
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/ip/v6_only.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/write.hpp"
 #include "boost/beast/core.hpp"
@@ -113,9 +116,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // On the strand: ends the connection (pending operations complete with
   // operation_aborted).
   void Close() {
+    if (closed_) return;
+    closed_ = true;
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
+    write_timer_.cancel();
+    // Chunks not yet written never will be.
+    while (!out_.empty()) {
+      if (out_.front().on_written) out_.front().on_written(false);
+      out_.pop_front();
+    }
+  }
+
+  // Any thread: runs `fn` on the strand (unless the server stopped).
+  template <typename Fn>
+  void OnStrand(Fn&& fn) {
+    server_->PostUnlessStopped(stream_.get_executor(), std::forward<Fn>(fn));
   }
 
   beast::tcp_stream::executor_type executor() { return stream_.get_executor(); }
@@ -123,11 +140,96 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Any thread: writes `response` on the strand, then reads the next
   // request (or closes).
   void PostReply(HttpResponse response) {
-    server_->PostUnlessStopped(stream_.get_executor(),
-                               [self = shared_from_this(), r = std::move(response)]() mutable { self->Write(std::move(r), false); });
+    OnStrand([self = shared_from_this(), r = std::move(response)]() mutable { self->Write(std::move(r), false); });
+  }
+
+  // Streamed replies, on the strand (HttpExchange's StartStream, Write,
+  // EndStream, OnClientGone). The bytes are HTTP/1.1 chunked encoding
+  // written by hand: the status line and headers, then "<hex size>\r\n
+  // <data>\r\n" per chunk, "0\r\n\r\n" at the end.
+  void StreamStart(int status, const std::string& content_type) {
+    const auto code = bhttp::int_to_status(static_cast<unsigned>(status));
+    const beast::string_view reason = bhttp::obsolete_reason(code);
+    Enqueue(absl::StrCat("HTTP/1.1 ", status, " ", absl::string_view(reason.data(), reason.size()),
+                         "\r\nServer: decoded\r\nContent-Type: ", content_type,
+                         "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"),
+            nullptr);
+    Watch();
+  }
+  void StreamWrite(const std::string& data, std::function<void(bool)> on_written) {
+    if (data.empty()) {  // an empty chunk would end the body
+      if (on_written) on_written(!closed_);
+      return;
+    }
+    Enqueue(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"), std::move(on_written));
+  }
+  void StreamEnd() {
+    if (stream_ended_) return;
+    stream_ended_ = true;
+    Enqueue("0\r\n\r\n", nullptr);
+  }
+  void SetOnClientGone(std::function<void()> fn) {
+    if (client_gone_) {
+      if (fn) fn();
+      return;
+    }
+    on_client_gone_ = std::move(fn);
   }
 
  private:
+  struct Chunk {
+    std::string bytes;
+    std::function<void(bool)> on_written;
+  };
+
+  void Enqueue(std::string bytes, std::function<void(bool)> on_written) {
+    if (closed_) {
+      if (on_written) on_written(false);
+      return;
+    }
+    out_.push_back(Chunk{std::move(bytes), std::move(on_written)});
+    if (!writing_) WriteNext();
+  }
+
+  // One chunk at a time, each within write_timeout (a client that stops
+  // reading ends its connection instead of holding it and its session).
+  // The raw socket, not the tcp_stream: its timers would also end the
+  // watching read.
+  void WriteNext() {
+    writing_ = true;
+    write_timer_.expires_after(ToChrono(server_->options.write_timeout));
+    write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec && self->writing_) self->Close();
+    });
+    asio::async_write(stream_.socket(), asio::buffer(out_.front().bytes),
+                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                        self->writing_ = false;
+                        self->write_timer_.cancel();
+                        if (ec || self->out_.empty()) return self->Close();
+                        Chunk done = std::move(self->out_.front());
+                        self->out_.pop_front();
+                        if (done.on_written) done.on_written(true);
+                        if (!self->out_.empty()) return self->WriteNext();
+                        if (self->stream_ended_) self->Close();
+                      });
+  }
+
+  // While a stream is open the socket is read for the client going away
+  // (EOF or an error); bytes it sends meanwhile are dropped (the connection
+  // ends with the stream).
+  void Watch() {
+    stream_.socket().async_read_some(asio::buffer(watch_buf_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (!ec) return self->Watch();
+      if (self->stream_ended_ && self->out_.empty()) return;  // our own close
+      self->client_gone_ = true;
+      if (self->on_client_gone_) {
+        std::function<void()> fn = std::move(self->on_client_gone_);
+        fn();
+      }
+      self->Close();
+    });
+  }
+
   void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(std::min<int64_t>(server_->options.max_header_bytes, UINT32_MAX)));
@@ -229,6 +331,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ~Exchange() override {
       if (!responded.exchange(true)) {
         conn->PostReply(OpenAiError(500, "server_error", "the request was dropped without a reply"));
+      } else if (streaming) {
+        EndStream();
       }
     }
     const HttpRequest& request() const override { return req; }
@@ -236,9 +340,32 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (responded.exchange(true)) return;
       conn->PostReply(std::move(response));
     }
+    void StartStream(int status, std::string content_type) override {
+      if (responded.exchange(true)) return;
+      streaming = true;
+      conn->OnStrand([c = conn, status, ct = std::move(content_type)] { c->StreamStart(status, ct); });
+    }
+    void Write(std::string data, std::function<void(bool)> on_written) override {
+      if (!streaming || ended) {
+        if (on_written) on_written(false);
+        return;
+      }
+      conn->OnStrand([c = conn, d = std::move(data), cb = std::move(on_written)]() mutable {
+        c->StreamWrite(d, std::move(cb));
+      });
+    }
+    void EndStream() override {
+      if (!streaming || ended.exchange(true)) return;
+      conn->OnStrand([c = conn] { c->StreamEnd(); });
+    }
+    void OnClientGone(std::function<void()> fn) override {
+      conn->OnStrand([c = conn, f = std::move(fn)]() mutable { c->SetOnClientGone(std::move(f)); });
+    }
     std::shared_ptr<Connection> conn;
     HttpRequest req;
     std::atomic<bool> responded{false};
+    std::atomic<bool> streaming{false};
+    std::atomic<bool> ended{false};
   };
 
   std::shared_ptr<HttpServer::Impl> server_;
@@ -247,6 +374,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string peer_;
   bool keep_alive_ = false;
+  // Streaming (strand only).
+  asio::steady_timer write_timer_{stream_.get_executor()};
+  std::deque<Chunk> out_;
+  bool writing_ = false;
+  bool closed_ = false;
+  bool stream_ended_ = false;
+  bool client_gone_ = false;
+  std::function<void()> on_client_gone_;
+  std::array<char, 256> watch_buf_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "server/http/openai_routes.h"
 
 #include "absl/strings/string_view.h"
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -30,7 +31,9 @@ class Routes {
  public:
   explicit Routes(OpenAiRoutesOptions options) : options_(std::move(options)) {}
 
-  HttpResponse Handle(const HttpRequest& req) const {
+  // The reply, or nullopt when a completion route took the exchange.
+  std::optional<HttpResponse> Handle(const std::shared_ptr<HttpExchange>& exchange) const {
+    const HttpRequest& req = exchange->request();
     const std::string& path = req.path;
     if (path == "/health") {
       if (req.method != "GET" && req.method != "HEAD") return MethodNotAllowed(req, "GET, HEAD");
@@ -43,6 +46,12 @@ class Routes {
       return OpenAiError(401, "authentication_error",
                          "missing or wrong API key: send \"Authorization: Bearer <token>\" (the daemon's --auth_token)",
                          "", "invalid_api_key");
+    }
+    if (options_.completions != nullptr && (path == "/v1/completions" || path == "/v1/chat/completions")) {
+      if (req.method != "POST") return MethodNotAllowed(req, "POST");
+      options_.completions->Handle(exchange, path == "/v1/completions" ? OpenAiEndpoint::kCompletions
+                                                                       : OpenAiEndpoint::kChatCompletions);
+      return std::nullopt;
     }
     if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
       if (req.method != "GET") return MethodNotAllowed(req, "GET");
@@ -84,10 +93,11 @@ class Routes {
 HttpHandler OpenAiRoutes(OpenAiRoutesOptions options) {
   auto routes = std::make_shared<const Routes>(std::move(options));
   return [routes](std::shared_ptr<HttpExchange> exchange) {
-    HttpResponse r = routes->Handle(exchange->request());
+    std::optional<HttpResponse> r = routes->Handle(exchange);
+    if (!r.has_value()) return;
     // A HEAD reply has the GET reply's headers and no body.
-    if (exchange->request().method == "HEAD") r.body.clear();
-    exchange->Respond(std::move(r));
+    if (exchange->request().method == "HEAD") r->body.clear();
+    exchange->Respond(*std::move(r));
   };
 }
 

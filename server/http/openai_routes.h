@@ -9,12 +9,14 @@
 //                        {"object":"list","data":[{"id","object":"model",
 //                        "created","owned_by":"decoded","max_model_len"}]}.
 //   GET /v1/models/{id}  that model, or 404 for another id.
+//   POST /v1/completions, POST /v1/chat/completions
+//                        server/http/openai_completions.h.
 //
 // Errors are OpenAI's error object, {"error":{"message","type","param",
 // "code"}}, with the HTTP status: 401 without the bearer token
 // (--auth_token; type "authentication_error"), 404 for an unknown path or
 // model, 405 for a known path with another method (with "Allow"), 503 while
-// not serving. The completion routes come next (issue 19, part 2).
+// not serving.
 #ifndef DECODED_SERVER_HTTP_OPENAI_ROUTES_H_
 #define DECODED_SERVER_HTTP_OPENAI_ROUTES_H_
 
@@ -24,6 +26,7 @@
 #include <string>
 
 #include "server/http/http_types.h"
+#include "server/http/openai_completions.h"
 
 namespace decoded::server::http {
 
@@ -45,6 +48,8 @@ struct OpenAiRoutesOptions {
   std::function<ServingState()> serving_state;
   // The model once loaded; unset (or returning an empty id) while loading.
   std::function<ServedModel()> served_model;
+  // The completion routes; null: they answer 404.
+  std::shared_ptr<OpenAiCompletions> completions;
 };
 
 // The handler for HttpServer::Start.

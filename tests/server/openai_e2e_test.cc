@@ -1,0 +1,348 @@
+// The OpenAI API over HTTP on the real server in-process (issue 19): a
+// completion is the same turn as the gRPC API's (tokens, text, logprobs),
+// streamed and whole replies agree, chat goes through the template, the
+// errors carry their HTTP status and OpenAI's error object, a full server
+// answers 429, and a client that disconnects mid-stream has its turn
+// cancelled and its session released.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "proto/decoded.grpc.pb.h"
+#include "server/server.h"
+#include "tests/common/model_path.h"
+#include "tests/server/e2e_support.h"
+
+namespace decoded::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kModel[] = "tiny";
+// A minimal template (the fixtures have none): the engine renders it as it
+// would a model file's.
+constexpr char kTemplate[] =
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string Request(const std::string& path, const std::string& body, const std::string& extra = "") {
+  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n",
+                      extra, "Content-Length: ", body.size(), "\r\n\r\n", body);
+}
+
+struct Reply {
+  int status = 0;
+  std::string head;
+  std::string body;  // de-chunked
+};
+
+// Sends one request, reads to EOF, undoes chunked framing.
+Reply Post(int port, const std::string& path, const json& body, const std::string& extra = "") {
+  Reply r;
+  const int fd = Connect(port);
+  if (fd < 0) return r;
+  const std::string req = Request(path, body.dump(), extra);
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return r;
+  }
+  std::string raw;
+  char buf[8192];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) raw.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t end = raw.find("\r\n\r\n");
+  if (end == std::string::npos) return r;
+  r.head = raw.substr(0, end);
+  (void)absl::SimpleAtoi(r.head.substr(9, 3), &r.status);
+  std::string rest = raw.substr(end + 4);
+  if (!absl::StrContains(r.head, "Transfer-Encoding: chunked")) {
+    r.body = rest;
+    return r;
+  }
+  size_t pos = 0;
+  while (pos < rest.size()) {
+    const size_t eol = rest.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    size_t n = 0;
+    if (!absl::SimpleHexAtoi(rest.substr(pos, eol - pos), &n) || n == 0) break;
+    r.body += rest.substr(eol + 2, n);
+    pos = eol + 2 + n + 2;
+  }
+  return r;
+}
+
+// The "data: ..." payloads of an SSE body, in order.
+std::vector<std::string> Events(const std::string& body) {
+  std::vector<std::string> out;
+  for (absl::string_view block : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&block, "data: ")) out.emplace_back(block);
+  }
+  return out;
+}
+
+class OpenAiE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(ServerOptions(), 4); }
+
+  void Start(ServerOptions so, int max_sessions) {
+    server_.reset();
+    so.http_listen = "127.0.0.1:0";
+    so.served_model_name = kModel;
+    serving::EngineOptions eo;
+    eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+    eo.context_length = 128;
+    eo.max_sessions = max_sessions;
+    eo.chat_template = kTemplate;
+    auto server = e2e::StartServer(eo, so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = v1::Decoder::NewStub(e2e::ChannelTo(*server_));
+  }
+
+  int port() const { return server_->http_port(); }
+
+  static json Completion(const std::vector<int32_t>& prompt, int max_tokens) {
+    return {{"model", kModel}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+            {"ignore_eos", true}};
+  }
+
+  std::unique_ptr<DecodedServer> server_;
+  std::unique_ptr<v1::Decoder::Stub> stub_;
+};
+
+const std::vector<int32_t> kPrompt = {2, 17, 33, 48, 5};
+
+TEST_F(OpenAiE2eTest, ACompletionIsTheSameTurnAsOverGrpc) {
+  const e2e::TurnResult grpc = e2e::Solo(*stub_, e2e::TokensTurn(kPrompt, 6));
+  ASSERT_TRUE(grpc.ended);
+  json req = Completion(kPrompt, 6);
+  req["logprobs"] = 2;
+  const Reply r = Post(port(), "/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], kModel);
+  EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "cmpl-"));
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c["text"], grpc.text);
+  EXPECT_EQ(c["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(j["usage"]["total_tokens"], 11);
+  EXPECT_TRUE(j["usage"]["prompt_tokens_details"]["cached_tokens"].is_number());
+  // Log probabilities: the gRPC turn's, token for token, with 2 alternatives.
+  const json& lp = c["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(lp["token_logprobs"][i].get<float>(), grpc.events[i].logprob()) << i;
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u) << i;
+  }
+  EXPECT_EQ(lp["tokens"].size(), 6u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+}
+
+TEST_F(OpenAiE2eTest, TheStreamedTextIsTheWholeReplysText) {
+  const Reply whole = Post(port(), "/v1/completions", Completion(kPrompt, 8));
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  json req = Completion(kPrompt, 8);
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  const Reply streamed = Post(port(), "/v1/completions", req);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_TRUE(absl::StrContains(streamed.head, "Content-Type: text/event-stream")) << streamed.head;
+  const std::vector<std::string> events = Events(streamed.body);
+  ASSERT_GE(events.size(), 3u) << streamed.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text, finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    EXPECT_EQ(e["object"], "text_completion");
+    if (e["choices"].empty()) {  // the usage chunk, last before [DONE]
+      EXPECT_EQ(i + 2, events.size());
+      EXPECT_EQ(e["usage"]["completion_tokens"], 8);
+      EXPECT_EQ(e["usage"]["prompt_tokens"], 5);
+      continue;
+    }
+    EXPECT_TRUE(e["usage"].is_null());
+    text += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, json::parse(whole.body)["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(finish, "length");
+}
+
+TEST_F(OpenAiE2eTest, ChatGoesThroughTheTemplateStreamedOrNot) {
+  const json messages = json::array({{{"role", "developer"}, {"content", "Be brief."}},
+                                     {{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "hi"}}})}}});
+  json req = {{"model", kModel}, {"messages", messages}, {"max_completion_tokens", 5}, {"temperature", 0},
+              {"ignore_eos", true}};
+  const Reply r = Post(port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  // The same conversation through the gRPC chat turn: the same reply.
+  v1::GenerateRequest g;
+  for (const auto& [role, content] : {std::pair<const char*, const char*>{"system", "Be brief."}, {"user", "hi"}}) {
+    v1::ChatMessage* m = g.mutable_turn()->mutable_messages()->add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  g.mutable_turn()->mutable_stopping()->set_max_new_tokens(5);
+  g.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], e2e::Solo(*stub_, g).text);
+
+  req["stream"] = true;
+  const Reply s = Post(port(), "/v1/chat/completions", req);
+  ASSERT_EQ(s.status, 200);
+  const std::vector<std::string> events = Events(s.body);
+  ASSERT_GE(events.size(), 3u);
+  const json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (size_t i = 1; i + 1 < events.size(); ++i) {
+    const json d = json::parse(events[i])["choices"][0]["delta"];
+    if (d.contains("content")) text += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, j["choices"][0]["message"]["content"].get<std::string>());
+}
+
+TEST_F(OpenAiE2eTest, EchoWithLogprobsScoresThePrompt) {
+  json req = Completion(kPrompt, 0);
+  req["echo"] = true;
+  req["logprobs"] = 0;
+  const Reply r = Post(port(), "/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json lp = json::parse(r.body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), kPrompt.size());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());  // nothing before the first
+  for (size_t i = 1; i < kPrompt.size(); ++i) {
+    ASSERT_TRUE(lp["token_logprobs"][i].is_number()) << r.body;
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+  }
+}
+
+TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
+  auto expect = [&](const std::string& path, const std::string& raw_body, int status, const std::string& param) {
+    const int fd = Connect(port());
+    const std::string req = Request(path, raw_body);
+    ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    std::string raw;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) raw.append(buf, static_cast<size_t>(n));
+    close(fd);
+    int got = 0;
+    ASSERT_GT(raw.size(), 12u);
+    (void)absl::SimpleAtoi(raw.substr(9, 3), &got);
+    EXPECT_EQ(got, status) << raw_body << " -> " << raw;
+    const json e = json::parse(raw.substr(raw.find("\r\n\r\n") + 4))["error"];
+    if (!param.empty()) EXPECT_EQ(e["param"], param) << raw;
+  };
+  const std::string m = absl::StrCat(R"("model":")", kModel, R"(")");
+  expect("/v1/completions", "{not json", 400, "body");
+  expect("/v1/completions", "[1,2]", 400, "body");
+  expect("/v1/completions", R"({"prompt":"x"})", 400, "model");
+  expect("/v1/completions", R"({"model":"gpt-4","prompt":"x"})", 404, "model");
+  expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","n":2})"), 400, "n");
+  expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","temperature":-1})"), 400, "temperature");
+  expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":["a","b"]})"), 400, "prompt");
+  expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","max_tokens":"many"})"), 400, "max_tokens");
+  expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","stream_options":{"include_usage":true}})"), 400,
+         "stream_options");
+  expect("/v1/chat/completions", absl::StrCat("{", m, R"(,"messages":[{"role":"tool","content":"x"}]})"), 400,
+         "messages[0].role");
+  expect("/v1/chat/completions",
+         absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":[{"type":"image_url"}]}]})"), 400,
+         "messages[0].content[0].type");
+  expect("/v1/chat/completions", absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":"x"}],"tools":[{}]})"),
+         400, "tools");
+  // Invalid UTF-8 in a string is malformed JSON.
+  expect("/v1/completions", absl::StrCat("{", m, ",\"prompt\":\"\xff\xfe\"}"), 400, "body");
+  // The engine's own checks: a prompt longer than the context, an id
+  // outside the vocabulary.
+  std::vector<int32_t> long_prompt(200, 7);
+  expect("/v1/completions", Completion(long_prompt, 1).dump(), 400, "");
+  expect("/v1/completions", Completion({2, 1 << 30}, 1).dump(), 400, "");
+  expect("/v1/models", "{}", 405, "");
+}
+
+TEST_F(OpenAiE2eTest, AFullServerAnswers429) {
+  Start(ServerOptions(), 1);
+  // A gRPC session holds the only slot (its client reads nothing: the turn
+  // parks after its unconsumed events).
+  grpc::ClientContext ctx;
+  auto stream = stub_->Generate(&ctx);
+  v1::GenerateRequest hold = e2e::TokensTurn(kPrompt, 100);
+  hold.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+  ASSERT_TRUE(stream->Write(hold));
+  v1::GenerateResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  const Reply r = Post(port(), "/v1/completions", Completion(kPrompt, 2));
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "rate_limit_error");
+  ctx.TryCancel();
+}
+
+TEST_F(OpenAiE2eTest, AClientGoneMidStreamCancelsItsTurnAndFreesItsSession) {
+  json req = Completion(kPrompt, 120);
+  req["stream"] = true;
+  const int fd = Connect(port());
+  const std::string raw = Request("/v1/completions", req.dump());
+  ASSERT_EQ(write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  // Read until the first token's event, then go away.
+  std::string got;
+  char buf[4096];
+  while (!absl::StrContains(got, "data: ")) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(server_->engine()->Stats().sessions_active, 1);
+  close(fd);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (server_->engine()->Stats().sessions_active != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  const serving::EngineStats s = server_->engine()->Stats();
+  EXPECT_EQ(s.sessions_active, 0);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  // The server still serves.
+  EXPECT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 2)).status, 200);
+}
+
+TEST_F(OpenAiE2eTest, TheBearerTokenGuardsTheCompletions) {
+  ServerOptions so;
+  so.auth_token = "tok";
+  Start(so, 4);
+  EXPECT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 1)).status, 401);
+  EXPECT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 1), "Authorization: Bearer tok\r\n").status, 200);
+}
+
+}  // namespace
+}  // namespace decoded::server
