@@ -388,7 +388,9 @@ void DecodedServer::Drain(absl::Duration period) {
     http_idle(end - teardown);
   }
   streams.MarkCancellingAll();
-  if (http_ != nullptr) http_->Stop();
+  // Streams cut at the cut point still write their last events, in half of
+  // the teardown reserve.
+  if (http_ != nullptr) http_->Stop(end - teardown / 2);
   listener_->Stop();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();

@@ -63,6 +63,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::vector<std::thread> threads;
 
   std::atomic<int64_t> open{0}, accepted{0}, refused{0}, requests{0}, requests_refused{0};
+  std::atomic<int64_t> not_closed{0};  // connections Close() has not ended yet
 
   absl::Mutex mu;
   bool stopped ABSL_GUARDED_BY(mu) = false;
@@ -100,12 +101,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   ~Connection() {
+    if (!closed_) server_->not_closed.fetch_sub(1);
     server_->open.fetch_sub(1);
     absl::MutexLock lock(&server_->mu);
     server_->connections.erase(this);
   }
 
   void Start() {
+    server_->not_closed.fetch_add(1);
     {
       absl::MutexLock lock(&server_->mu);
       server_->connections[this] = weak_from_this();
@@ -118,6 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Close() {
     if (closed_) return;
     closed_ = true;
+    server_->not_closed.fetch_sub(1);
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
@@ -136,6 +140,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   beast::tcp_stream::executor_type executor() { return stream_.get_executor(); }
+
+  // On the strand: Close once the queued bytes are out (now if none are).
+  void CloseWhenWritten() {
+    if (writing_ || !out_.empty()) {
+      close_when_written_ = true;
+    } else {
+      Close();
+    }
+  }
 
   // Any thread: writes `response` on the strand, then reads the next
   // request (or closes).
@@ -210,7 +223,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         self->out_.pop_front();
                         if (done.on_written) done.on_written(true);
                         if (!self->out_.empty()) return self->WriteNext();
-                        if (self->stream_ended_) self->Close();
+                        if (self->stream_ended_ || self->close_when_written_) self->Close();
                       });
   }
 
@@ -381,6 +394,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   bool stream_ended_ = false;
   bool client_gone_ = false;
+  bool close_when_written_ = false;
   std::function<void()> on_client_gone_;
   std::array<char, 256> watch_buf_;
 };
@@ -452,25 +466,34 @@ HttpServerCounters HttpServer::Counters() const {
                             impl_->requests_refused.load()};
 }
 
-void HttpServer::Stop() {
-  std::vector<std::shared_ptr<Connection>> open;
+void HttpServer::Stop(absl::Time graceful_until) {
+  auto live = [this] {
+    std::vector<std::shared_ptr<Connection>> out;
+    for (auto& [ptr, weak] : impl_->connections) {
+      if (std::shared_ptr<Connection> c = weak.lock()) out.push_back(std::move(c));
+    }
+    return out;
+  };
   {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->stopped) return;
-    // Closes go out before `stopped`: they must still be posted.
     asio::post(impl_->acceptor.get_executor(), [impl = impl_] {
       beast::error_code ignored;
       impl->acceptor.close(ignored);
     });
-    for (auto& [ptr, weak] : impl_->connections) {
-      if (std::shared_ptr<Connection> c = weak.lock()) open.push_back(std::move(c));
+    for (const std::shared_ptr<Connection>& c : live()) {
+      asio::post(c->executor(), [c] { c->CloseWhenWritten(); });
     }
-    for (const std::shared_ptr<Connection>& c : open) {
+  }
+  while (impl_->not_closed.load() > 0 && absl::Now() < graceful_until) absl::SleepFor(absl::Milliseconds(5));
+  {
+    absl::MutexLock lock(&impl_->mu);
+    // Closes go out before `stopped`: they must still be posted.
+    for (const std::shared_ptr<Connection>& c : live()) {
       asio::post(c->executor(), [c] { c->Close(); });
     }
     impl_->stopped = true;
   }
-  open.clear();
   impl_->work.reset();
   // With the acceptor and every socket closed, run() returns once the
   // handlers those closes complete have run.

@@ -73,9 +73,12 @@ class HttpServer {
   int port() const;
   HttpServerCounters Counters() const;
 
-  // Stops accepting, closes every connection (replies not yet written are
-  // lost) and joins the io threads. Idempotent.
-  void Stop();
+  // Stops accepting and ends every connection, then joins the io threads.
+  // Until `graceful_until` a connection still writing (a stream's last
+  // events) closes once its queued bytes are out; idle ones and those
+  // waiting for a reply close at once; whatever is left then is closed
+  // with its bytes unwritten. Idempotent.
+  void Stop(absl::Time graceful_until = absl::InfinitePast());
 
   struct Impl;
 

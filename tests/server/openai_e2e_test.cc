@@ -10,9 +10,12 @@
 #include <unistd.h>
 
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -334,6 +337,87 @@ TEST_F(OpenAiE2eTest, AClientGoneMidStreamCancelsItsTurnAndFreesItsSession) {
   EXPECT_EQ(s.kv_blocks_used, 0);
   // The server still serves.
   EXPECT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 2)).status, 200);
+}
+
+TEST_F(OpenAiE2eTest, ADrainEndsAStreamWithAFinalEventAndDone) {
+  // The real model: its turn is still running at the drain's cut point (the
+  // tiny fixture's 120 tokens end within a few ms).
+  DECODED_REQUIRE_REAL_MODEL();
+  server_.reset();
+  ServerOptions so;
+  so.http_listen = "127.0.0.1:0";
+  so.served_model_name = kModel;
+  serving::EngineOptions eo;
+  eo.model_path = testing::RealModelPath();
+  eo.context_length = 512;
+  eo.threads_per_worker = 1;
+  auto server = e2e::StartServer(eo, so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+  json req = Completion(kPrompt, 400);
+  req["stream"] = true;
+  Reply r;
+  std::thread client([&] { r = Post(port(), "/v1/completions", req); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (server_->engine()->Stats().turns_running == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  server_->Drain(absl::Milliseconds(800));
+  client.join();
+  ASSERT_EQ(r.status, 200);
+  const std::vector<std::string> events = Events(r.body);
+  ASSERT_GE(events.size(), 2u) << r.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json last = json::parse(events[events.size() - 2]);
+  // Cut by the drain: "abort" (vLLM's name for a turn ended from outside).
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "abort");
+}
+
+// Mutated requests (truncated, bytes flipped or inserted, chunked framing
+// broken, invalid UTF-8, huge numbers): every one gets a status line or a
+// closed connection, never a hang or a crash, and the server serves a good
+// request after them with no session left open.
+TEST_F(OpenAiE2eTest, MutatedRequestsNeverHangOrCrashTheServer) {
+  const std::vector<std::string> seeds = {
+      Request("/v1/completions", Completion(kPrompt, 2).dump()),
+      Request("/v1/chat/completions",
+              json{{"model", kModel}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2},
+                   {"stream", true}}
+                  .dump()),
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "10\r\n{\"model\":\"tiny\",\r\n14\r\n\"prompt\":\"ab\",\"max_tok\r\n9\r\nens\":2}  \r\n0\r\n\r\n",
+      "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+  };
+  std::mt19937 rng(20261206);
+  const std::string junk = "\xff\xfe\x00\r\n:{}[]\"\\9e999-.,u\xc3\xa9\xed\xa0\x80";
+  for (int i = 0; i < 300; ++i) {
+    std::string req = seeds[rng() % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !req.empty(); ++e) {
+      const size_t at = rng() % req.size();
+      switch (rng() % 4) {
+        case 0: req.resize(at); break;                                        // truncate
+        case 1: req[at] = junk[rng() % junk.size()]; break;                   // flip
+        case 2: req.insert(at, std::string(1 + rng() % 64, junk[rng() % junk.size()])); break;  // insert
+        case 3: req.insert(at, std::to_string(rng()) + std::to_string(rng())); break;  // digits
+      }
+    }
+    const int fd = Connect(port());
+    ASSERT_GE(fd, 0);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    (void)!write(fd, req.data(), req.size());
+    shutdown(fd, SHUT_WR);  // a truncated request then ends in EOF, not the 30 s timeout
+    std::string raw;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) raw.append(buf, static_cast<size_t>(n));
+    close(fd);
+    ASSERT_NE(n, -1) << "no reply and no close within 10 s for: " << absl::CEscape(req);
+    if (!raw.empty()) EXPECT_TRUE(absl::StartsWith(raw, "HTTP/1.1 ")) << absl::CEscape(raw.substr(0, 200));
+  }
+  EXPECT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 2)).status, 200);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (server_->engine()->Stats().sessions_active != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(server_->engine()->Stats().sessions_active, 0);
 }
 
 TEST_F(OpenAiE2eTest, TheBearerTokenGuardsTheCompletions) {

@@ -22,6 +22,11 @@ class FakeExchange : public HttpExchange {
     ++replies;
     response = std::move(r);
   }
+  // These routes answer whole replies only.
+  void StartStream(int, std::string) override { ADD_FAILURE() << "unexpected stream"; }
+  void Write(std::string, std::function<void(bool)>) override { ADD_FAILURE() << "unexpected stream"; }
+  void EndStream() override {}
+  void OnClientGone(std::function<void()>) override {}
   int replies = 0;
   HttpResponse response;
 
