@@ -48,6 +48,7 @@ class ContextImpl final : public DecodeContext {
   absl::Status ReserveKv(int32_t n_tokens) override { return kv_->Reserve(n_tokens); }
   int32_t KvBlocksToReserve(int32_t n_tokens) const override { return kv_->BlocksToReserve(n_tokens); }
   int32_t kv_blocks() const override { return kv_->held_blocks(); }
+  int32_t kv_mapped_len() const override { return kv_->mapped_len(); }
   int32_t kv_block(int32_t i) const override { return kv_->held_block(i); }
   int32_t kv_range_block(int32_t group, int32_t i) const override { return kv_->block(group, i); }
   absl::Status AdoptKvBlocks(absl::Span<const int32_t> blocks) override { return kv_->Adopt(blocks); }

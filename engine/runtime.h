@@ -162,6 +162,10 @@ class DecodeContext {
   virtual int32_t KvBlocksToReserve(int32_t n_tokens) const { return 0; }
   // KV blocks this context holds, all layer groups (1 for a contiguous cache).
   virtual int32_t kv_blocks() const = 0;
+  // Paged KV: positions [0, kv_mapped_len()) have blocks in every layer
+  // group's table (but for sliding-window blocks already given back), so
+  // writing there takes none from the pool. A contiguous cache: capacity().
+  virtual int32_t kv_mapped_len() const { return capacity(); }
   // Paged KV: the i-th block it holds (i < kv_blocks(), group by group; -1
   // otherwise or for a contiguous cache); the block of layer group `group`
   // holding positions [i * block_tokens, ...) (-1 if none); and

@@ -628,9 +628,11 @@ void Scheduler::PickLocked(std::vector<Picked>& picked) {
       // new prompts behind it (first come, first served). Prompts whose
       // blocks are mapped already go on past it: they hold blocks, and
       // finishing is how they give them back.
-      if (const int32_t bt = model_->kv_blocks().block_tokens; bt > 0) {
-        const int64_t blocks = (static_cast<int64_t>(s->ctx->cached_len()) + s->turn->PrefillRemaining() + bt - 1) / bt;
-        const bool mapped = blocks <= s->ctx->kv_blocks();
+      // (Mapped means positions: the blocks a context holds are summed over
+      // its layer groups and cannot say which positions they cover.)
+      if (model_->kv_blocks().block_tokens > 0) {
+        const bool mapped =
+            static_cast<int64_t>(s->ctx->cached_len()) + s->turn->PrefillRemaining() <= s->ctx->kv_mapped_len();
         if (!mapped && (kv_blocked || !MapPromptKvLocked(*it))) {
           kv_blocked = true;
           ++it;

@@ -291,6 +291,62 @@ TEST(PagedKvServingTest, AnIdleSessionsBlocksServeAnotherPromptAndItsNextTurnRec
   EXPECT_EQ(small->Stats().kv_blocks_used, 0);
 }
 
+// A later turn of a session with sliding-window layers, on a pool idle
+// sessions have filled: its prompt must take their blocks back (or wait),
+// not fail. (Whether a prompt's blocks are mapped is a question of position
+// ranges; the blocks a context holds are summed over its layer groups, so
+// comparing the two took a Gemma 3 session with some context for mapped,
+// skipped the reclaim and ended its turn RESOURCE_EXHAUSTED.)
+TEST(PagedKvServingTest, ALaterTurnOfASlidingWindowModelReclaimsIdleSessionsBlocks) {
+  std::unique_ptr<Engine> roomy = MakeEngine(0, 8, 32, 1 << 20, kGemma3);
+  std::unique_ptr<Engine> small = MakeEngine(16, 8, 32, 1 << 20, kGemma3);
+  ASSERT_NE(roomy, nullptr);
+  ASSERT_NE(small, nullptr);
+  const TurnRequest a1 = Tokens(Prompt(40, 1), 1), a2 = Tokens(Prompt(12, 2), 4);
+  std::vector<int32_t> want_a2;
+  {
+    auto id = roomy->OpenSession();
+    ASSERT_TRUE(id.ok());
+    Sink s1, s2;
+    ASSERT_TRUE(roomy->SubmitTurn(*id, a1, &s1).ok());
+    ASSERT_TRUE(s1.Wait());
+    ASSERT_TRUE(roomy->SubmitTurn(*id, a2, &s2).ok());
+    ASSERT_TRUE(s2.Wait());
+    want_a2 = s2.ids();
+    CloseAndWait(*roomy, *id);
+  }
+  auto a = small->OpenSession();
+  ASSERT_TRUE(a.ok());
+  Sink sa1, sa2;
+  ASSERT_TRUE(small->SubmitTurn(*a, a1, &sa1).ok());
+  ASSERT_TRUE(sa1.Wait());
+  // Idle sessions take the pool until fewer blocks are free than A's next
+  // prompt needs.
+  std::vector<SessionId> idle;
+  for (int i = 0; i < 6; ++i) {
+    const serving::EngineStats st = small->Stats();
+    if (st.kv_blocks_total - st.kv_blocks_used < 3) break;
+    auto id = small->OpenSession();
+    ASSERT_TRUE(id.ok());
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(30, (st.kv_blocks_total - st.kv_blocks_used) / 3 * kBlock));
+    Sink s;
+    ASSERT_TRUE(small->SubmitTurn(*id, Tokens(Prompt(std::max(1, n - 1), 10 + i), 1), &s).ok());
+    ASSERT_TRUE(s.Wait());
+    ASSERT_EQ(s.end().reason, FinishReason::kLength) << s.end().error;
+    idle.push_back(*id);
+  }
+  const serving::EngineStats full = small->Stats();
+  ASSERT_LT(full.kv_blocks_total - full.kv_blocks_used, 3) << full.kv_blocks_used << " of " << full.kv_blocks_total;
+  ASSERT_TRUE(small->SubmitTurn(*a, a2, &sa2).ok());
+  ASSERT_TRUE(sa2.Wait());
+  EXPECT_EQ(sa2.end().reason, FinishReason::kLength) << sa2.end().error;
+  EXPECT_EQ(sa2.ids(), want_a2);
+  EXPECT_GE(small->Stats().kv_preemptions, 1);
+  CloseAndWait(*small, *a);
+  for (SessionId id : idle) CloseAndWait(*small, id);
+  EXPECT_EQ(small->Stats().kv_blocks_used, 0);
+}
+
 TEST(PagedKvServingTest, AnInputLargerThanThePoolIsRefused) {
   std::unique_ptr<Engine> small = MakeEngine(4, 2);  // 16 positions
   ASSERT_NE(small, nullptr);
