@@ -70,7 +70,8 @@ class EngineCollectable final : public prometheus::Collectable {
         OneValue("decoded_workers_busy", "Workers running a step.", MetricType::Gauge, s.workers_busy),
         OneValue("decoded_workers", "Worker threads stepping sessions (--workers).", MetricType::Gauge, s.workers),
         OneValue("decoded_kv_budget_bytes",
-                 "KV cache bytes all open sessions may reserve (--kv_budget_mb); 0: no limit.", MetricType::Gauge,
+                 "KV cache bytes all open sessions may hold: with paged KV the pool's (--kv_budget_mb, capped at every "
+                 "session's full context); else --kv_budget_mb, 0: no limit.", MetricType::Gauge,
                  s.kv_budget_bytes),
         OneValue("decoded_sessions_queued", "Sessions waiting for a worker.", MetricType::Gauge, s.turns_queued),
         // The model server protocol's three gauges (Gateway API Inference

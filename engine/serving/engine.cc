@@ -527,9 +527,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     if (!made.ok()) return made.status();
     pool = *std::move(made);
   }
+  // With paged KV the budget in force is the pool's bytes (capped at every
+  // session's full context), which is what the metrics report.
+  const int64_t budget = pool != nullptr ? pool->bytes() : *kv_budget_bytes;
   return std::unique_ptr<Engine>(new EngineImpl(
       std::make_unique<RealServingModel>(*std::move(model), std::move(pool), options.parse_special_in_chat_content),
-      options, session_len, session_kv_bytes, *kv_budget_bytes, std::move(lent), std::move(executors)));
+      options, session_len, session_kv_bytes, budget, std::move(lent), std::move(executors)));
 }
 
 }  // namespace decoded::serving

@@ -523,7 +523,10 @@ TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
   (*server)->AttachEngine(*std::move(engine));
   EXPECT_EQ(scrape("decoded_health_serving"), 1);
   EXPECT_EQ(scrape("decoded_workers"), 2);
-  EXPECT_EQ(scrape("decoded_kv_budget_bytes"), 3.0 * (1 << 30));
+  // The pool in force: every session's full context (less than the 3 GiB
+  // asked for), not the flag's figure.
+  EXPECT_EQ(scrape("decoded_kv_budget_bytes"),
+            static_cast<double>(eo.max_sessions) * (*server)->engine()->ModelInfo().session_kv_bytes);
 
   // A session holds KV within the budget while it is open.
   auto stub = StubOf(**server);
@@ -549,6 +552,41 @@ TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
 
   (*server)->Drain(absl::Seconds(1));
   EXPECT_EQ(scrape("decoded_health_serving"), 0);  // draining: load balancers stop sending
+}
+
+// --max_connection_age_seconds: an old connection gets a GOAWAY, so the
+// client's next call comes on a new connection (a fresh name resolution in
+// a real deployment), while a stream open on the old one keeps its session.
+TEST(ConnectionAgeTest, OldConnectionsAreReplacedAndOpenStreamsKeepRunning) {
+  ServerOptions so;
+  so.max_connection_age = absl::Seconds(1);
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  std::unique_ptr<DecodedServer> server = StartOwnServer(so, eo);
+  ASSERT_NE(server, nullptr);
+  auto accepted = [&] {
+    return e2e::MetricValue(HttpGet(server->metrics_port(), "/metrics"), "decoded_connections_accepted_total");
+  };
+  auto stub = StubOf(*server);
+  grpc::ClientContext ctx;
+  auto stream = stub->Generate(&ctx);
+  ASSERT_TRUE(stream->Write(TextTurn("hello", 2)));
+  ASSERT_TRUE(ReadTurn(stream.get()).ended);
+  const double before = accepted();
+  absl::SleepFor(absl::Milliseconds(2500));  // past the age and its jitter
+  {
+    grpc::ClientContext info_ctx;
+    v1::ModelInfo info;
+    EXPECT_TRUE(stub->GetModelInfo(&info_ctx, v1::GetModelInfoRequest(), &info).ok());
+  }
+  EXPECT_GT(accepted(), before);  // the call came on a new connection
+  // The stream opened before the GOAWAY still takes turns.
+  ASSERT_TRUE(stream->Write(TextTurn(" again", 2)));
+  const TurnResult second = ReadTurn(stream.get());
+  EXPECT_TRUE(second.ended);
+  EXPECT_GT(second.end.usage().cached_tokens(), 0);  // the same session
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 // The HTTP front door (--http_listen) follows the daemon's health and lists

@@ -294,8 +294,10 @@ TEST(VulkanServingTest, TheKvBudgetIsDeviceMemory) {
   // groups, the fixture's global layers and two groups of sliding ones).
   const int64_t pool_bytes = 16 * (*engine)->ModelInfo().session_kv_bytes;
   EXPECT_EQ(s.kv_blocks_total, 16 * 64 / 16 * 3);
-  EXPECT_LE(pool_bytes, s.kv_budget_bytes);
-  EXPECT_EQ(s.kv_budget_bytes, (s.device_memory_capacity_bytes - (s.device_memory_bytes - pool_bytes)) / 4 * 3);
+  // The budget in force is the pool's bytes, within three quarters of what
+  // the weights left.
+  EXPECT_EQ(s.kv_budget_bytes, pool_bytes);
+  EXPECT_LE(pool_bytes, (s.device_memory_capacity_bytes - (s.device_memory_bytes - pool_bytes)) / 4 * 3);
   const int64_t capacity = s.device_memory_capacity_bytes;
   engine->reset();
 
