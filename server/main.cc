@@ -187,6 +187,9 @@ ABSL_FLAG(int, max_streams, 1024, "Generate streams open at once, with or withou
 ABSL_FLAG(int, max_stream_resets_per_second, 500,
           "a connection whose client resets streams faster than this (twice as many at once) is closed (HTTP/2 "
           "Rapid Reset); 0: no limit");
+ABSL_FLAG(int, max_connection_age_seconds, 300,
+          "a gRPC connection older than this gets a GOAWAY, so its client reconnects (and re-resolves: new replicas "
+          "get new sessions); open streams keep running; 0: never");
 ABSL_FLAG(int, first_turn_seconds, 30,
           "a Generate stream that sends no turn this long after opening ends (DEADLINE_EXCEEDED); 0: never");
 ABSL_FLAG(int, idle_session_seconds, 300,
@@ -445,6 +448,9 @@ int main(int argc, char** argv) {
   const int first_turn = absl::GetFlag(FLAGS_first_turn_seconds);
   server_options.first_turn_timeout = first_turn == 0 ? absl::InfiniteDuration() : absl::Seconds(first_turn);
   server_options.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
+  const int connection_age = absl::GetFlag(FLAGS_max_connection_age_seconds);
+  server_options.max_connection_age =
+      connection_age <= 0 ? absl::InfiniteDuration() : absl::Seconds(connection_age);
   const int idle = absl::GetFlag(FLAGS_idle_session_seconds);
   server_options.idle_session_timeout = idle == 0 ? absl::InfiniteDuration() : absl::Seconds(idle);
   server_options.listener_probe_interval = absl::Seconds(absl::GetFlag(FLAGS_listener_probe_seconds));

@@ -137,6 +137,9 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   builder.RegisterService(server->health_.get());
   builder.RegisterService(server->reflection_v1_.get());
   builder.RegisterService(server->reflection_v1alpha_.get());
+  if (options.max_connection_age != absl::InfiniteDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(options.max_connection_age));
+  }
   // Keepalive: notice dead clients (and free their sessions) within a minute.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);

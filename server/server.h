@@ -88,6 +88,12 @@ struct ServerOptions {
   absl::Duration idle_session_timeout = absl::Seconds(300);
   // A Generate stream that sent no turn this long after opening ends.
   absl::Duration first_turn_timeout = absl::Seconds(30);
+  // A connection older than this gets a GOAWAY (GRPC_ARG_MAX_CONNECTION_AGE,
+  // +-10% jitter): its client opens a new one for its next streams, through
+  // a fresh name resolution, so replicas added behind a Service or balancer
+  // get existing clients' new sessions. Streams already open on it keep
+  // running to their end (no grace limit). InfiniteDuration: never.
+  absl::Duration max_connection_age = absl::Seconds(300);
   // A connection that has not finished its handshake (TLS, HTTP/2 preface
   // and SETTINGS) by then is closed.
   absl::Duration handshake_timeout = absl::Seconds(10);

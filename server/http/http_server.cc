@@ -227,13 +227,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       });
   }
 
-  // While a stream is open the socket is read for the client going away
-  // (EOF or an error); bytes it sends meanwhile are dropped (the connection
-  // ends with the stream).
+  // From a request's end until its reply is complete the socket is read for
+  // the client going away (EOF or an error: then OnClientGone's callback
+  // runs and the connection ends). Bytes it sends meanwhile (a pipelined
+  // request) are kept for the next read, up to kMaxBufferedWhileWaiting,
+  // beyond which it is no longer watched. A whole reply cancels the watch
+  // and is written once the read has returned.
+  static constexpr size_t kMaxBufferedWhileWaiting = 64 << 10;
+
   void Watch() {
-    stream_.socket().async_read_some(asio::buffer(watch_buf_), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (!ec) return self->Watch();
-      if (self->stream_ended_ && self->out_.empty()) return;  // our own close
+    if (watching_ || closed_) return;
+    watching_ = true;
+    stream_.socket().async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->watching_ = false;
+      if (self->closed_) return;
+      if (!ec) {
+        self->buffer_.commit(n);
+        if (self->pending_reply_) return self->FlushPendingReply();
+        if (self->buffer_.size() < kMaxBufferedWhileWaiting) self->Watch();
+        return;
+      }
+      if (ec == asio::error::operation_aborted && self->pending_reply_) return self->FlushPendingReply();
       self->client_gone_ = true;
       if (self->on_client_gone_) {
         std::function<void()> fn = std::move(self->on_client_gone_);
@@ -241,6 +255,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       self->Close();
     });
+  }
+
+  void FlushPendingReply() {
+    PendingReply p = std::move(*pending_reply_);
+    pending_reply_.reset();
+    Write(std::move(p.response), p.close);
   }
 
   void ReadHeader() {
@@ -316,12 +336,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
     r.body = std::move(req.body());
     r.peer = peer_;
     server_->requests.fetch_add(1);
-    // The connection reads nothing more until this request is answered.
+    // Until this request is answered the connection only watches for the
+    // client going away.
     stream_.expires_never();
     server_->handler(std::move(exchange));
+    Watch();
   }
 
   void Write(HttpResponse r, bool close) {
+    if (watching_) {  // the watching read returns first (cancelled), then this is written
+      pending_reply_ = PendingReply{std::move(r), close};
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      return;
+    }
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>();
     res->version(11);
     res->result(static_cast<unsigned>(r.status));
@@ -396,7 +424,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool client_gone_ = false;
   bool close_when_written_ = false;
   std::function<void()> on_client_gone_;
-  std::array<char, 256> watch_buf_;
+  bool watching_ = false;
+  struct PendingReply {
+    HttpResponse response;
+    bool close;
+  };
+  std::optional<PendingReply> pending_reply_;
 };
 
 }  // namespace

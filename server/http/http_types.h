@@ -55,8 +55,8 @@ class HttpExchange {
   // The end of the body; the connection then closes.
   virtual void EndStream() = 0;
   // `fn` runs once, on an io thread, if the client closes or resets the
-  // connection while the stream is open (or already did), so the producer
-  // can stop. Set it before StartStream.
+  // connection before the reply is complete (at once if it already did), so
+  // the producer can stop: the socket is watched from the request's end.
   virtual void OnClientGone(std::function<void()> fn) = 0;
 };
 

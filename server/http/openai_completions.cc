@@ -118,9 +118,6 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   // A streamed reply: its headers, the chat role's first chunk, and a
   // client that goes away cancels the turn.
   void BeginStream() {
-    serving::Engine* engine = engine_;
-    const serving::SessionId session = session_;
-    exchange_->OnClientGone([engine, session] { (void)engine->CancelTurn(session); });
     exchange_->StartStream(200, "text/event-stream");
     if (request_.endpoint == OpenAiEndpoint::kChatCompletions) {
       json choice = {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
@@ -461,6 +458,9 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
     engine->CloseSession(*session, [sink] {});
     return exchange->Respond(StatusToOpenAiError(s));
   }
+  // A client that goes away cancels the turn (streamed or not: a whole
+  // reply nobody waits for would still run to max_tokens).
+  exchange->OnClientGone([engine, session = *session] { (void)engine->CancelTurn(session); });
   // Streaming starts once the turn is accepted, so a refused one is still a
   // plain error reply.
   if (req.stream) sink->StreamAccepted();

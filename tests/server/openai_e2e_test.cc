@@ -420,6 +420,36 @@ TEST_F(OpenAiE2eTest, MutatedRequestsNeverHangOrCrashTheServer) {
   EXPECT_EQ(server_->engine()->Stats().sessions_active, 0);
 }
 
+TEST_F(OpenAiE2eTest, AClientGoneBeforeAWholeReplyCancelsItsTurn) {
+  // The real model: 400 tokens take seconds, so a session that ends at once
+  // was cancelled, not finished.
+  DECODED_REQUIRE_REAL_MODEL();
+  server_.reset();
+  ServerOptions so;
+  so.http_listen = "127.0.0.1:0";
+  so.served_model_name = kModel;
+  serving::EngineOptions eo;
+  eo.model_path = testing::RealModelPath();
+  eo.context_length = 512;
+  eo.threads_per_worker = 1;
+  auto server = e2e::StartServer(eo, so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+  const int fd = Connect(port());
+  const std::string raw = Request("/v1/completions", Completion(kPrompt, 400).dump());
+  ASSERT_EQ(write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (server_->engine()->Stats().turns_running == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_EQ(server_->engine()->Stats().sessions_active, 1);
+  const absl::Time closed = absl::Now();
+  close(fd);
+  deadline = absl::Now() + absl::Seconds(10);
+  while (server_->engine()->Stats().sessions_active != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(server_->engine()->Stats().sessions_active, 0);
+  EXPECT_LT(absl::Now() - closed, absl::Seconds(1)) << "the turn ran on after its client left";
+  EXPECT_EQ(server_->engine()->Stats().kv_blocks_used, 0);
+}
+
 TEST_F(OpenAiE2eTest, TheBearerTokenGuardsTheCompletions) {
   ServerOptions so;
   so.auth_token = "tok";
