@@ -168,6 +168,11 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     completions.served_model_name = [self] { return self->options_.served_model_name; };
     completions.run = [self](absl::AnyInvocable<void()> task) { return self->turn_pool_->Submit(std::move(task)); };
     completions.not_serving_reason = [self] { return self->HttpServingState().reason; };
+    ServerMetrics* metrics = server->metrics_.get();
+    completions.on_token = [metrics] { metrics->TokenGenerated(); };
+    completions.on_inter_token = [metrics](double seconds) { metrics->InterToken(seconds); };
+    completions.on_turn_end = [metrics](const serving::TurnEnd& end) { metrics->TurnEnded(end); };
+    completions.on_rejected = [metrics] { metrics->AdmissionRejected(); };
     server->completions_ = std::make_shared<http::OpenAiCompletions>(std::move(completions));
     http::OpenAiRoutesOptions routes;
     routes.completions = server->completions_;

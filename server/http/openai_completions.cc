@@ -1,5 +1,6 @@
 #include "server/http/openai_completions.h"
 
+#include <chrono>
 #include <random>
 #include <utility>
 #include <vector>
@@ -143,6 +144,14 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   }
 
   void OnToken(const serving::TokenEvent& event) override {
+    // Calls for one session never overlap: last_token_ needs no lock.
+    const auto now = std::chrono::steady_clock::now();
+    if (options_->on_token) options_->on_token();
+    if (options_->on_inter_token && have_last_token_) {
+      options_->on_inter_token(std::chrono::duration<double>(now - last_token_).count());
+    }
+    last_token_ = now;
+    have_last_token_ = true;
     if (!request_.stream) {
       text_ += event.text;
       if (request_.logprobs) events_.push_back(event);
@@ -171,6 +180,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   }
 
   void OnTurnEnd(const serving::TurnEnd& end) override {
+    if (options_->on_turn_end) options_->on_turn_end(end);
     {
       absl::MutexLock lock(&mu_);
       end_ = end;
@@ -368,6 +378,8 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   std::vector<serving::TokenEvent> events_;
   serving::TurnEnd end_;
   std::shared_ptr<HttpTurn> self_;
+  std::chrono::steady_clock::time_point last_token_;
+  bool have_last_token_ = false;
   mutable size_t streamed_bytes_ = 0;  // completions' text_offset when streaming
   // Streaming: events before StreamAccepted wait here (the turn may run
   // before the stream's headers are queued).
@@ -448,15 +460,19 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
     }
   }
 
+  auto refused = [&](const absl::Status& s) {
+    if (absl::IsResourceExhausted(s) && options.on_rejected) options.on_rejected();
+    exchange->Respond(StatusToOpenAiError(s));
+  };
   absl::StatusOr<serving::SessionId> session = engine->OpenSession();
-  if (!session.ok()) return exchange->Respond(StatusToOpenAiError(session.status()));
+  if (!session.ok()) return refused(session.status());
   auto sink = std::make_shared<HttpTurn>(&options, std::move(in_flight), exchange, engine, *session, req, model,
                                          std::move(echo_text), std::move(prompt_ids));
   sink->KeepAlive();
   if (absl::Status s = engine->SubmitTurn(*session, req.turn, sink.get()); !s.ok()) {
     sink->Release();
     engine->CloseSession(*session, [sink] {});
-    return exchange->Respond(StatusToOpenAiError(s));
+    return refused(s);
   }
   // A client that goes away cancels the turn (streamed or not: a whole
   // reply nobody waits for would still run to max_tokens).
@@ -482,7 +498,10 @@ void OpenAiCompletions::Handle(std::shared_ptr<HttpExchange> exchange, OpenAiEnd
       [state = state_, in_flight = std::move(in_flight), exchange = std::move(held), endpoint]() mutable {
         Start(state, std::move(in_flight), std::move(exchange), endpoint);
       });
-  if (!queued.ok()) exchange->Respond(StatusToOpenAiError(queued));
+  if (!queued.ok()) {
+    if (state_->options.on_rejected) state_->options.on_rejected();
+    exchange->Respond(StatusToOpenAiError(queued));
+  }
 }
 
 int OpenAiCompletions::in_flight() const {

@@ -49,6 +49,13 @@ struct CompletionsOptions {
   std::function<absl::Status(absl::AnyInvocable<void()>)> run;
   // Why the daemon does not serve now ("" while it serves): 503 naming it.
   std::function<std::string()> not_serving_reason;
+  // The daemon's per-turn metrics, as the gRPC API records them (each may be
+  // null): a token generated, the gap since the turn's previous token
+  // (seconds), a turn's end, a request refused for want of room (429).
+  std::function<void()> on_token;
+  std::function<void(double)> on_inter_token;
+  std::function<void(const serving::TurnEnd&)> on_turn_end;
+  std::function<void()> on_rejected;
 };
 
 // The handler of both routes; `endpoint` picks which.

@@ -168,6 +168,11 @@ TEST_F(OpenAiE2eTest, ACompletionIsTheSameTurnAsOverGrpc) {
   }
   EXPECT_EQ(lp["tokens"].size(), 6u);
   EXPECT_EQ(lp["text_offset"][0], 0);
+  // The daemon's metrics count HTTP turns as gRPC ones: two turns of 6
+  // tokens, both ended by length.
+  const std::string metrics = e2e::HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(e2e::MetricValue(metrics, "decoded_generated_tokens_total"), 12) << metrics;
+  EXPECT_EQ(e2e::MetricValue(metrics, R"(decoded_turns_total{finish_reason="length"})"), 2) << metrics;
 }
 
 TEST_F(OpenAiE2eTest, TheStreamedTextIsTheWholeReplysText) {
@@ -310,6 +315,8 @@ TEST_F(OpenAiE2eTest, AFullServerAnswers429) {
   ASSERT_TRUE(stream->Read(&first));
   const Reply r = Post(port(), "/v1/completions", Completion(kPrompt, 2));
   EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(e2e::MetricValue(e2e::HttpGet(server_->metrics_port(), "/metrics"), "decoded_admission_rejections_total"),
+            1);
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "rate_limit_error");
   ctx.TryCancel();
 }
