@@ -554,6 +554,29 @@ TEST(ServerMetricsTest, HealthWorkersAndKvBudgetGaugesFollowTheServer) {
   EXPECT_EQ(scrape("decoded_health_serving"), 0);  // draining: load balancers stop sending
 }
 
+// A client that sends one turn and half-closes at once (what a proxy that
+// routes by whole requests, such as the Gateway API's endpoint picker, needs)
+// gets the turn's whole reply, then the stream's OK.
+TEST(HalfCloseTest, OneTurnThenHalfCloseGetsTheWholeReply) {
+  serving::EngineOptions eo;
+  eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
+  std::unique_ptr<DecodedServer> server = StartOwnServer(ServerOptions(), eo);
+  ASSERT_NE(server, nullptr);
+  auto stub = StubOf(*server);
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext ctx;
+    auto stream = stub->Generate(&ctx);
+    v1::GenerateRequest req = TextTurn("hello there", 8);
+    req.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+    ASSERT_TRUE(stream->Write(req));
+    ASSERT_TRUE(stream->WritesDone());
+    const TurnResult r = ReadTurn(stream.get());
+    EXPECT_TRUE(r.ended) << i;
+    EXPECT_EQ(r.ids.size(), 8u) << i;
+    EXPECT_TRUE(stream->Finish().ok()) << i;
+  }
+}
+
 // --max_connection_age_seconds: an old connection gets a GOAWAY, so the
 // client's next call comes on a new connection (a fresh name resolution in
 // a real deployment), while a stream open on the old one keeps its session.
