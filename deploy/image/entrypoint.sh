@@ -4,6 +4,8 @@
 #   DECODED_MODEL           --model            (/models/model.gguf)
 #   DECODED_LISTEN          --listen           (0.0.0.0:50051)
 #   DECODED_METRICS_LISTEN  --metrics_listen   (0.0.0.0:9464; set it empty to turn /metrics off)
+#   DECODED_HTTP_LISTEN     --http_listen      (unset: no OpenAI HTTP API; e.g. 0.0.0.0:8000)
+#   DECODED_SERVED_MODEL_NAME --served_model_name (the HTTP API's model id; default: the file's name)
 #   DECODED_DEVICE          --device           (cpu; vulkan or vulkan:N on a GPU)
 #   DECODED_WORKERS         --workers
 #   DECODED_THREADS         --threads          (unset: the container's CPU quota / workers)
@@ -51,6 +53,8 @@ add() {  # add FLAG VARIABLE: --FLAG=$VARIABLE when the variable is set and not 
   if [[ -n "${!2:-}" ]]; then args+=("--$1=${!2}"); fi
 }
 add device DECODED_DEVICE
+add http_listen DECODED_HTTP_LISTEN
+add served_model_name DECODED_SERVED_MODEL_NAME
 add workers DECODED_WORKERS
 add threads DECODED_THREADS
 add max_sessions DECODED_MAX_SESSIONS
