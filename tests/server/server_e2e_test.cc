@@ -583,6 +583,7 @@ TEST(HalfCloseTest, OneTurnThenHalfCloseGetsTheWholeReply) {
 TEST(ConnectionAgeTest, OldConnectionsAreReplacedAndOpenStreamsKeepRunning) {
   ServerOptions so;
   so.max_connection_age = absl::Seconds(1);
+  so.listener_probe_interval = absl::ZeroDuration();  // its probes would count as connections too
   serving::EngineOptions eo;
   eo.model_path = testing::TestDataPath("gemma3_tiny_swa.gguf");
   std::unique_ptr<DecodedServer> server = StartOwnServer(so, eo);
