@@ -138,6 +138,14 @@ HttpHandler Echo() {
   };
 }
 
+// Answers every request with an empty 200 and counts them in `*handled`.
+HttpHandler Counting(std::atomic<int>* handled) {
+  return [handled](std::shared_ptr<HttpExchange> ex) {
+    ++*handled;
+    ex->Respond(HttpResponse{});
+  };
+}
+
 std::unique_ptr<HttpServer> StartServer(HttpHandler handler, HttpServerOptions o = {}) {
   o.listen = "127.0.0.1:0";
   absl::StatusOr<std::unique_ptr<HttpServer>> s = HttpServer::Start(o, std::move(handler));
@@ -193,10 +201,7 @@ TEST(HttpServerTest, TooLargeHeaderGets431AndTheConnectionEnds) {
   HttpServerOptions o;
   o.max_header_bytes = 4096;
   std::atomic<int> handled{0};
-  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
-    ++handled;
-    ex->Respond(HttpResponse{});
-  }, o);
+  auto server = StartServer(Counting(&handled), o);
   Client c(server->port());
   ASSERT_TRUE(c.Send(Get("/", absl::StrCat("X-Big: ", std::string(8000, 'a'), "\r\n"))));
   Client::Response r = c.ReadResponse();
@@ -211,10 +216,7 @@ TEST(HttpServerTest, TooLargeBodyGets413ByContentLengthOrChunks) {
   HttpServerOptions o;
   o.max_body_bytes = 1000;
   std::atomic<int> handled{0};
-  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
-    ++handled;
-    ex->Respond(HttpResponse{});
-  }, o);
+  auto server = StartServer(Counting(&handled), o);
   {
     // Refused on the header alone: the body is never read.
     Client c(server->port());

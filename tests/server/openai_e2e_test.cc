@@ -128,6 +128,22 @@ class OpenAiE2eTest : public ::testing::Test {
     stub_ = v1::Decoder::NewStub(e2e::ChannelTo(*server_));
   }
 
+  // The server over the real model on 1 thread: its turns of a few hundred
+  // tokens take seconds, long enough to be cut or cancelled mid-way.
+  void StartOnTheRealModel() {
+    server_.reset();
+    ServerOptions so;
+    so.http_listen = "127.0.0.1:0";
+    so.served_model_name = kModel;
+    serving::EngineOptions eo;
+    eo.model_path = testing::RealModelPath();
+    eo.context_length = 512;
+    eo.threads_per_worker = 1;
+    auto server = e2e::StartServer(eo, so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
   int port() const { return server_->http_port(); }
 
   static json Completion(const std::vector<int32_t>& prompt, int max_tokens) {
@@ -350,17 +366,8 @@ TEST_F(OpenAiE2eTest, ADrainEndsAStreamWithAFinalEventAndDone) {
   // The real model: its turn is still running at the drain's cut point (the
   // tiny fixture's 120 tokens end within a few ms).
   DECODED_REQUIRE_REAL_MODEL();
-  server_.reset();
-  ServerOptions so;
-  so.http_listen = "127.0.0.1:0";
-  so.served_model_name = kModel;
-  serving::EngineOptions eo;
-  eo.model_path = testing::RealModelPath();
-  eo.context_length = 512;
-  eo.threads_per_worker = 1;
-  auto server = e2e::StartServer(eo, so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = *std::move(server);
+  StartOnTheRealModel();
+  ASSERT_NE(server_, nullptr);
   json req = Completion(kPrompt, 400);
   req["stream"] = true;
   Reply r;
@@ -431,17 +438,8 @@ TEST_F(OpenAiE2eTest, AClientGoneBeforeAWholeReplyCancelsItsTurn) {
   // The real model: 400 tokens take seconds, so a session that ends at once
   // was cancelled, not finished.
   DECODED_REQUIRE_REAL_MODEL();
-  server_.reset();
-  ServerOptions so;
-  so.http_listen = "127.0.0.1:0";
-  so.served_model_name = kModel;
-  serving::EngineOptions eo;
-  eo.model_path = testing::RealModelPath();
-  eo.context_length = 512;
-  eo.threads_per_worker = 1;
-  auto server = e2e::StartServer(eo, so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = *std::move(server);
+  StartOnTheRealModel();
+  ASSERT_NE(server_, nullptr);
   const int fd = Connect(port());
   const std::string raw = Request("/v1/completions", Completion(kPrompt, 400).dump());
   ASSERT_EQ(write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));

@@ -175,6 +175,19 @@ std::vector<int32_t> Alone(Engine& engine, const TurnRequest& turn) {
   return sink.ids();
 }
 
+// The ids of `second`, run after `first` on one fresh session of `engine`.
+std::vector<int32_t> SecondTurnAlone(Engine& engine, const TurnRequest& first, const TurnRequest& second) {
+  auto id = engine.OpenSession();
+  EXPECT_TRUE(id.ok()) << id.status();
+  Sink s1, s2;
+  EXPECT_TRUE(engine.SubmitTurn(*id, first, &s1).ok());
+  EXPECT_TRUE(s1.Wait());
+  EXPECT_TRUE(engine.SubmitTurn(*id, second, &s2).ok());
+  EXPECT_TRUE(s2.Wait());
+  CloseAndWait(engine, *id);
+  return s2.ids();
+}
+
 class PagedKvLoadTest : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, PagedKvLoadTest, ::testing::Values(kLlama, kGemma3),
                          [](const ::testing::TestParamInfo<const char*>& info) {
@@ -303,18 +316,7 @@ TEST(PagedKvServingTest, ALaterTurnOfASlidingWindowModelReclaimsIdleSessionsBloc
   ASSERT_NE(roomy, nullptr);
   ASSERT_NE(small, nullptr);
   const TurnRequest a1 = Tokens(Prompt(40, 1), 1), a2 = Tokens(Prompt(12, 2), 4);
-  std::vector<int32_t> want_a2;
-  {
-    auto id = roomy->OpenSession();
-    ASSERT_TRUE(id.ok());
-    Sink s1, s2;
-    ASSERT_TRUE(roomy->SubmitTurn(*id, a1, &s1).ok());
-    ASSERT_TRUE(s1.Wait());
-    ASSERT_TRUE(roomy->SubmitTurn(*id, a2, &s2).ok());
-    ASSERT_TRUE(s2.Wait());
-    want_a2 = s2.ids();
-    CloseAndWait(*roomy, *id);
-  }
+  const std::vector<int32_t> want_a2 = SecondTurnAlone(*roomy, a1, a2);
   auto a = small->OpenSession();
   ASSERT_TRUE(a.ok());
   Sink sa1, sa2;
@@ -411,18 +413,7 @@ TEST(PagedKvServingTest, AQueuedTurnThatHasNotStartedGivesItsBlocksToAPromptAhea
   ASSERT_NE(small, nullptr);
   const TurnRequest u1 = Tokens(Prompt(20, 11), 4), u2 = Tokens(Prompt(4, 12), 4);
   const TurnRequest x1 = Tokens(Prompt(4, 13), 2), p1 = Tokens(Prompt(44, 14), 4);
-  std::vector<int32_t> want_u2;
-  {
-    auto id = roomy->OpenSession();
-    ASSERT_TRUE(id.ok());
-    Sink s1, s2;
-    ASSERT_TRUE(roomy->SubmitTurn(*id, u1, &s1).ok());
-    ASSERT_TRUE(s1.Wait());
-    ASSERT_TRUE(roomy->SubmitTurn(*id, u2, &s2).ok());
-    ASSERT_TRUE(s2.Wait());
-    want_u2 = s2.ids();
-    CloseAndWait(*roomy, *id);
-  }
+  const std::vector<int32_t> want_u2 = SecondTurnAlone(*roomy, u1, u2);
   auto u = small->OpenSession(), x = small->OpenSession(), p = small->OpenSession();
   ASSERT_TRUE(u.ok() && x.ok() && p.ok());
   Sink su1, su2, sx, sp;
