@@ -209,7 +209,8 @@ ABSL_FLAG(int, utility_queue, 16, "Tokenize/Detokenize calls waiting for their t
 ABSL_FLAG(int, listener_probe_seconds, 5,
           "probe the listening address this often; 3 failed probes in a row turn health NOT_SERVING, drain, and "
           "exit 3. 0: no probe");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; with --tls_key enables TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain; with --tls_key enables TLS on gRPC and on --http_listen (HTTPS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, auth_token, "",
           "if set, RPCs (and reflection) need 'authorization: Bearer <token>'; health stays open for probes");

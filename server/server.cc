@@ -189,6 +189,8 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     };
     http::HttpServerOptions http_options;
     http_options.listen = options.http_listen;
+    http_options.tls_cert_file = options.tls_cert_file;  // one certificate for both doors
+    http_options.tls_key_file = options.tls_key_file;
     absl::StatusOr<std::unique_ptr<http::HttpServer>> http =
         http::HttpServer::Start(http_options, http::OpenAiRoutes(std::move(routes)));
     if (!http.ok()) return http.status();

@@ -68,7 +68,7 @@ struct ServerOptions {
   std::string http_listen;
   // What /v1/models lists and requests name as "model".
   std::string served_model_name;
-  std::string tls_cert_file;               // both set: TLS, else plaintext
+  std::string tls_cert_file;               // both set: TLS on gRPC and HTTP, else plaintext
   std::string tls_key_file;
   std::string auth_token;                  // non-empty: bearer token required (Decoder, reflection)
   std::string metrics_auth_token;          // non-empty: bearer token required on /metrics

@@ -1,17 +1,21 @@
 #include "server/http/http_server.h"
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <chrono>
+#include <deque>
 #include <optional>
-#include "absl/strings/string_view.h"
 #include <thread>
+#include <type_traits>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/dispatch.hpp"
 #include "boost/asio/executor_work_guard.hpp"
@@ -21,9 +25,11 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/asio/write.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "boost/beast/ssl.hpp"
 #include "server/host_port.h"
 #include "server/http/openai_error.h"
 
@@ -44,7 +50,14 @@ namespace {
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) { return absl::ToChronoNanoseconds(d); }
 
-class Connection;
+// What HttpServer::Stop needs of a connection, plaintext or TLS.
+class ConnectionBase {
+ public:
+  virtual ~ConnectionBase() = default;
+  // Any thread: posts CloseWhenWritten / Close to the connection's strand.
+  virtual void PostCloseWhenWritten() = 0;
+  virtual void PostClose() = 0;
+};
 
 }  // namespace
 
@@ -61,13 +74,16 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{asio::make_work_guard(ioc)};
   int port = 0;
   std::vector<std::thread> threads;
+  // Set when the server serves TLS (options.tls_cert_file): every
+  // connection's handshake uses it.
+  std::optional<asio::ssl::context> tls;
 
-  std::atomic<int64_t> open{0}, accepted{0}, refused{0}, requests{0}, requests_refused{0};
+  std::atomic<int64_t> open{0}, accepted{0}, refused{0}, requests{0}, requests_refused{0}, tls_handshakes_failed{0};
   std::atomic<int64_t> not_closed{0};  // connections Close() has not ended yet
 
   absl::Mutex mu;
   bool stopped ABSL_GUARDED_BY(mu) = false;
-  absl::flat_hash_map<Connection*, std::weak_ptr<Connection>> connections ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> connections ABSL_GUARDED_BY(mu);
 
   void Accept();
   // Posts `fn` to `strand` unless the server stopped (then the work is
@@ -88,12 +104,25 @@ HttpResponse PlainError(int status, absl::string_view message) {
   return OpenAiError(status, "invalid_request_error", message);
 }
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// One client connection over `Stream`: beast::tcp_stream (plaintext) or
+// beast::ssl_stream<beast::tcp_stream> (TLS, handshake first). Reads and
+// writes go through `stream_`; timeouts, shutdown and cancellation act on
+// the TCP layer under it (Lowest()). Asio's TLS stream allows one read and
+// one write outstanding at once, which is all a connection ever has (the
+// watching read beside a stream's writes).
+template <typename Stream>
+class Connection : public ConnectionBase, public std::enable_shared_from_this<Connection<Stream>> {
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
+  using std::enable_shared_from_this<Connection<Stream>>::weak_from_this;
+
  public:
-  Connection(std::shared_ptr<HttpServer::Impl> server, tcp::socket socket)
-      : server_(std::move(server)), stream_(std::move(socket)) {
+  // `args`: the socket, then (TLS) the server's ssl::context.
+  template <typename... Args>
+  Connection(std::shared_ptr<HttpServer::Impl> server, Args&&... args)
+      : server_(std::move(server)), stream_(std::forward<Args>(args)...) {
     beast::error_code ec;
-    const tcp::endpoint remote = stream_.socket().remote_endpoint(ec);
+    const tcp::endpoint remote = Lowest().socket().remote_endpoint(ec);
     if (!ec) {
       peer_ = remote.address().is_v6() ? absl::StrCat("[", remote.address().to_string(), "]:", remote.port())
                                        : absl::StrCat(remote.address().to_string(), ":", remote.port());
@@ -113,7 +142,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       absl::MutexLock lock(&server_->mu);
       server_->connections[this] = weak_from_this();
     }
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Handshake(); });
+  }
+
+  void PostCloseWhenWritten() override {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->CloseWhenWritten(); });
+  }
+  void PostClose() override {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->Close(); });
   }
 
   // On the strand: ends the connection (pending operations complete with
@@ -122,9 +158,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     closed_ = true;
     server_->not_closed.fetch_sub(1);
+    // No TLS close_notify: every reply is framed (Content-Length or the
+    // last chunk), so a client knows it has it all; waiting for the peer's
+    // close_notify would let a client hold the socket.
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Lowest().close();
     write_timer_.cancel();
     // Chunks not yet written never will be.
     while (!out_.empty()) {
@@ -138,8 +177,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnStrand(Fn&& fn) {
     server_->PostUnlessStopped(stream_.get_executor(), std::forward<Fn>(fn));
   }
-
-  beast::tcp_stream::executor_type executor() { return stream_.get_executor(); }
 
   // On the strand: Close once the queued bytes are out (now if none are).
   void CloseWhenWritten() {
@@ -206,15 +243,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // One chunk at a time, each within write_timeout (a client that stops
   // reading ends its connection instead of holding it and its session).
-  // The raw socket, not the tcp_stream: its timers would also end the
-  // watching read.
+  // Its own timer, not the tcp_stream's (which has none set while a reply
+  // is pending, see OnRequest): that one would also end the watching read.
   void WriteNext() {
     writing_ = true;
     write_timer_.expires_after(ToChrono(server_->options.write_timeout));
     write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec && self->writing_) self->Close();
     });
-    asio::async_write(stream_.socket(), asio::buffer(out_.front().bytes),
+    asio::async_write(stream_, asio::buffer(out_.front().bytes),
                       [self = shared_from_this()](beast::error_code ec, size_t) {
                         self->writing_ = false;
                         self->write_timer_.cancel();
@@ -238,7 +275,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Watch() {
     if (watching_ || closed_) return;
     watching_ = true;
-    stream_.socket().async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->watching_ = false;
       if (self->closed_) return;
       if (!ec) {
@@ -263,11 +300,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Write(std::move(p.response), p.close);
   }
 
+  // TLS: the handshake, within request_timeout (a client that opens a
+  // connection and says nothing holds it that long at most, as in
+  // plaintext), then the first request.
+  void Handshake() {
+    if constexpr (kTls) {
+      Lowest().expires_after(ToChrono(server_->options.request_timeout));
+      stream_.async_handshake(asio::ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+        if (ec) {
+          // A plaintext client, a bad certificate on its side, a timeout:
+          // nobody to answer in HTTP.
+          self->server_->tls_handshakes_failed.fetch_add(1);
+          return self->Close();
+        }
+        self->ReadHeader();
+      });
+    } else {
+      ReadHeader();
+    }
+  }
+
   void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(std::min<int64_t>(server_->options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(static_cast<std::uint64_t>(server_->options.max_body_bytes));
-    stream_.expires_after(ToChrono(server_->options.request_timeout));
+    Lowest().expires_after(ToChrono(server_->options.request_timeout));
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
@@ -338,7 +395,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     server_->requests.fetch_add(1);
     // Until this request is answered the connection only watches for the
     // client going away.
-    stream_.expires_never();
+    Lowest().expires_never();
     server_->handler(std::move(exchange));
     Watch();
   }
@@ -347,7 +404,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (watching_) {  // the watching read returns first (cancelled), then this is written
       pending_reply_ = PendingReply{std::move(r), close};
       beast::error_code ignored;
-      stream_.socket().cancel(ignored);
+      Lowest().socket().cancel(ignored);
       return;
     }
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>();
@@ -359,7 +416,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     res->body() = std::move(r.body);
     res->keep_alive(keep_alive_ && !close);
     res->prepare_payload();
-    stream_.expires_after(ToChrono(server_->options.write_timeout));
+    Lowest().expires_after(ToChrono(server_->options.write_timeout));
     bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       if (ec || !res->keep_alive()) return self->Close();
       self->ReadHeader();
@@ -409,8 +466,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::atomic<bool> ended{false};
   };
 
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
   std::shared_ptr<HttpServer::Impl> server_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string peer_;
@@ -432,6 +491,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<PendingReply> pending_reply_;
 };
 
+// TLS 1.2 and 1.3 only, no compression (CRIME) and no renegotiation (a
+// client could make the server redo handshakes at will); the certificate
+// chain and key are PEM files, checked to match here so a bad pair fails at
+// start, not at the first client.
+absl::StatusOr<asio::ssl::context> MakeTlsContext(const std::string& cert_file, const std::string& key_file) {
+  if (cert_file.empty() || key_file.empty()) {
+    return absl::InvalidArgumentError("HTTP TLS: the certificate chain and the key go together: give both, or neither");
+  }
+  asio::ssl::context ctx(asio::ssl::context::tls_server);
+  beast::error_code ec;
+  ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                      asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1 |
+                      asio::ssl::context::no_compression | asio::ssl::context::single_dh_use,
+                  ec);
+  if (!ec) SSL_CTX_set_options(ctx.native_handle(), SSL_OP_NO_RENEGOTIATION);
+  if (!ec) ctx.use_certificate_chain_file(cert_file, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HTTP TLS: certificate chain ", cert_file, " is not usable: ", ec.message()));
+  }
+  ctx.use_private_key_file(key_file, asio::ssl::context::pem, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("HTTP TLS: key ", key_file, " is not usable: ", ec.message()));
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HTTP TLS: key ", key_file, " does not match the certificate ", cert_file));
+  }
+  return ctx;
+}
+
 }  // namespace
 
 void HttpServer::Impl::Accept() {
@@ -445,7 +533,12 @@ void HttpServer::Impl::Accept() {
         socket.close(ignored);
       } else {
         self->open.fetch_add(1);
-        std::make_shared<Connection>(self, std::move(socket))->Start();
+        if (self->tls.has_value()) {
+          std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(self, std::move(socket), *self->tls)
+              ->Start();
+        } else {
+          std::make_shared<Connection<beast::tcp_stream>>(self, std::move(socket))->Start();
+        }
       }
     }
     // Out of descriptors and the like: keep accepting (the next try may
@@ -466,6 +559,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   impl->options = options;
   impl->handler = std::move(handler);
   beast::error_code ec;
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    absl::StatusOr<asio::ssl::context> tls = MakeTlsContext(options.tls_cert_file, options.tls_key_file);
+    if (!tls.ok()) return tls.status();
+    impl->tls.emplace(*std::move(tls));
+  }
   tcp::resolver resolver(impl->ioc);
   const auto found = resolver.resolve(hp->host.empty() ? "::" : hp->host, hp->port,
                                       tcp::resolver::passive | tcp::resolver::numeric_service, ec);
@@ -495,15 +593,15 @@ HttpServer::~HttpServer() { Stop(); }
 int HttpServer::port() const { return impl_->port; }
 
 HttpServerCounters HttpServer::Counters() const {
-  return HttpServerCounters{impl_->open.load(), impl_->accepted.load(), impl_->refused.load(), impl_->requests.load(),
-                            impl_->requests_refused.load()};
+  return HttpServerCounters{impl_->open.load(),     impl_->accepted.load(),         impl_->refused.load(),
+                            impl_->requests.load(), impl_->requests_refused.load(), impl_->tls_handshakes_failed.load()};
 }
 
 void HttpServer::Stop(absl::Time graceful_until) {
   auto live = [this] {
-    std::vector<std::shared_ptr<Connection>> out;
+    std::vector<std::shared_ptr<ConnectionBase>> out;
     for (auto& [ptr, weak] : impl_->connections) {
-      if (std::shared_ptr<Connection> c = weak.lock()) out.push_back(std::move(c));
+      if (std::shared_ptr<ConnectionBase> c = weak.lock()) out.push_back(std::move(c));
     }
     return out;
   };
@@ -514,17 +612,13 @@ void HttpServer::Stop(absl::Time graceful_until) {
       beast::error_code ignored;
       impl->acceptor.close(ignored);
     });
-    for (const std::shared_ptr<Connection>& c : live()) {
-      asio::post(c->executor(), [c] { c->CloseWhenWritten(); });
-    }
+    for (const std::shared_ptr<ConnectionBase>& c : live()) c->PostCloseWhenWritten();
   }
   while (impl_->not_closed.load() > 0 && absl::Now() < graceful_until) absl::SleepFor(absl::Milliseconds(5));
   {
     absl::MutexLock lock(&impl_->mu);
     // Closes go out before `stopped`: they must still be posted.
-    for (const std::shared_ptr<Connection>& c : live()) {
-      asio::post(c->executor(), [c] { c->Close(); });
-    }
+    for (const std::shared_ptr<ConnectionBase>& c : live()) c->PostClose();
     impl_->stopped = true;
   }
   impl_->work.reset();

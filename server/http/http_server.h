@@ -16,6 +16,9 @@
 //   max_body_bytes      413 Content Too Large, then close (Content-Length
 //                       or chunked, counted as the body arrives);
 //   malformed framing   400 Bad Request, then close;
+//   TLS handshake       (with tls_cert_file/tls_key_file) done within
+//                       request_timeout, else the connection ends; a
+//                       plaintext client on a TLS port is closed unanswered;
 //   request_timeout     a request whose header and body have not arrived
 //                       within it (from its first byte, or from the end of
 //                       the previous reply on a kept-alive connection) ends
@@ -51,6 +54,11 @@ struct HttpServerOptions {
   int64_t max_body_bytes = 8 << 20;
   absl::Duration request_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
+  // Both set: HTTPS (TLS 1.2/1.3) with this PEM certificate chain and PEM
+  // private key (unencrypted); both empty: plaintext. The daemon passes its
+  // --tls_cert/--tls_key, the pair gRPC serves.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 struct HttpServerCounters {
@@ -59,12 +67,14 @@ struct HttpServerCounters {
   int64_t connections_refused = 0;  // closed at once: max_connections were open
   int64_t requests = 0;             // requests handed to the handler
   int64_t requests_refused = 0;     // answered 400 / 413 / 431 by the server itself
+  int64_t tls_handshakes_failed = 0;  // TLS: closed before a request (plaintext client, timeout, bad handshake)
 };
 
 class HttpServer {
  public:
-  // INVALID_ARGUMENT for a malformed address or option, UNAVAILABLE when the
-  // address cannot be bound.
+  // INVALID_ARGUMENT for a malformed address or option or an unusable TLS
+  // certificate/key pair (unreadable, not PEM, not matching, only one of
+  // the two given), UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, HttpHandler handler);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;

@@ -12,6 +12,7 @@ missing, the test is skipped (exit 77) unless DECODED_REQUIRE_MODEL=1.
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,9 @@ BUILD = sys.argv.pop(1) if len(sys.argv) > 1 else "build"
 MODEL = os.environ.get("DECODED_SMOLLM2_PATH",
                        os.path.expanduser("~/.cache/decoded/smollm2-135m-instruct-q4_1.gguf"))
 TOKEN = "sdk-test-token"
+# The self-signed pair for localhost and 127.0.0.1 the gRPC TLS test uses.
+TLS_CERT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tls_test_cert.pem")
+TLS_KEY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tls_test_key.pem")
 
 
 def free_port():
@@ -32,20 +36,26 @@ def free_port():
 
 
 class Daemon:
-    def __init__(self):
+    """build/server/decoded on MODEL; with tls, HTTPS (and gRPC TLS) from --tls_cert/--tls_key."""
+
+    def __init__(self, tls=False):
         self.port = free_port()
         self.log = tempfile.TemporaryFile(mode="w+")
+        flags = [f"--tls_cert={TLS_CERT}", f"--tls_key={TLS_KEY}"] if tls else []
         self.proc = subprocess.Popen(
             [os.path.join(BUILD, "server", "decoded"), f"--model={MODEL}", "--listen=127.0.0.1:0",
              "--metrics_listen=", f"--http_listen=127.0.0.1:{self.port}", "--threads=2",
-             "--context_length=512", f"--auth_token={TOKEN}"],
+             "--context_length=512", f"--auth_token={TOKEN}"] + flags,
             stdout=self.log, stderr=subprocess.STDOUT)
+        scheme = "https" if tls else "http"
+        context = ssl.create_default_context(cafile=TLS_CERT) if tls else None
         deadline = time.monotonic() + 300
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"decoded exited: {self.tail()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                with urllib.request.urlopen(f"{scheme}://127.0.0.1:{self.port}/health", timeout=2,
+                                            context=context) as r:
                     if r.status == 200:
                         break
             except Exception:
@@ -161,6 +171,45 @@ class OpenAiSdkTest(unittest.TestCase):
                     {"role": "user", "content": "Again."}]
         second = self.chat(messages=history, max_tokens=6)
         self.assertGreater(second.usage.prompt_tokens_details.cached_tokens, 16)
+
+
+class OpenAiSdkTlsTest(unittest.TestCase):
+    """--tls_cert/--tls_key serve the HTTP door as HTTPS: the SDK, trusting
+    only the test certificate, streams a chat reply; plaintext gets nothing."""
+
+    @classmethod
+    def setUpClass(cls):
+        import openai
+        cls.openai = openai
+        cls.daemon = Daemon(tls=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def client(self, scheme, verify):
+        return self.openai.OpenAI(base_url=f"{scheme}://127.0.0.1:{self.daemon.port}/v1", api_key=TOKEN,
+                                  max_retries=0, timeout=300,
+                                  http_client=self.openai.DefaultHttpxClient(verify=verify))
+
+    def test_a_chat_streams_over_https(self):
+        client = self.client("https", ssl.create_default_context(cafile=TLS_CERT))
+        model = client.models.list().data[0].id
+        text, finish = "", None
+        for chunk in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi."}],
+                                                    max_tokens=6, temperature=0, stream=True):
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                finish = c.finish_reason or finish
+        self.assertTrue(text)
+        self.assertIn(finish, ("stop", "length"))
+
+    def test_plaintext_and_untrusted_clients_are_refused(self):
+        with self.assertRaises(self.openai.APIConnectionError):
+            self.client("http", True).models.list()
+        # The system's trust store does not hold the self-signed certificate.
+        with self.assertRaises(self.openai.APIConnectionError):
+            self.client("https", True).models.list()
 
 
 if __name__ == "__main__":
