@@ -83,7 +83,8 @@ class ServerMetrics {
   // and for decode steps decoded_batch_size (sessions stepped together).
   void Step(const serving::StepInfo& step);
 
-  // Body of a scrape, as the exposer would serve it (tests, debugging).
+  // Body of a scrape, as the exposer serves it (the HTTP door's /metrics,
+  // tests). Any thread.
   std::string Render() const;
 
  private:

@@ -177,6 +177,9 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     http::OpenAiRoutesOptions routes;
     routes.completions = server->completions_;
     routes.auth_token = options.auth_token;
+    routes.metrics_text = [metrics] { return metrics->Render(); };
+    routes.run = [self](absl::AnyInvocable<void()> task) { return self->turn_pool_->Submit(std::move(task)); };
+    routes.metrics_auth_token = options.metrics_auth_token;
     routes.serving_state = [self] { return self->HttpServingState(); };
     routes.served_model = [self] {
       http::ServedModel m;

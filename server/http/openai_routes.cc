@@ -41,6 +41,25 @@ class Routes {
       if (!s.serving) return OpenAiError(503, "server_error", absl::StrCat("not serving: ", s.reason), "", "unavailable");
       return Json(200, {{"status", "ok"}});
     }
+    if (path == "/metrics" && options_.metrics_text) {
+      if (req.method != "GET" && req.method != "HEAD") return MethodNotAllowed(req, "GET, HEAD");
+      if (!options_.metrics_auth_token.empty() &&
+          !BearerTokenMatches(req.header("authorization"), options_.metrics_auth_token)) {
+        return OpenAiError(401, "authentication_error",
+                           "missing or wrong token: send \"Authorization: Bearer <token>\" (the daemon's "
+                           "--metrics_auth_token)",
+                           "", "invalid_api_key");
+      }
+      const absl::Status submitted = options_.run([exchange, text = options_.metrics_text] {
+        HttpResponse r;
+        r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        if (exchange->request().method == "GET") r.body = text();
+        exchange->Respond(std::move(r));
+      });
+      if (submitted.ok()) return std::nullopt;
+      return OpenAiError(503, "server_error", absl::StrCat("metrics not rendered: ", submitted.message()), "",
+                         "unavailable");
+    }
     if (!absl::StartsWith(path, "/v1/")) return NotFound(req);
     if (!options_.auth_token.empty() && !BearerTokenMatches(req.header("authorization"), options_.auth_token)) {
       return OpenAiError(401, "authentication_error",

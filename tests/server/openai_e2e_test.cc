@@ -65,12 +65,11 @@ struct Reply {
   std::string body;  // de-chunked
 };
 
-// Sends one request, reads to EOF, undoes chunked framing.
-Reply Post(int port, const std::string& path, const json& body, const std::string& extra = "") {
+// Sends one raw request, reads to EOF, undoes chunked framing.
+Reply Send(int port, const std::string& req) {
   Reply r;
   const int fd = Connect(port);
   if (fd < 0) return r;
-  const std::string req = Request(path, body.dump(), extra);
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
     return r;
@@ -98,6 +97,10 @@ Reply Post(int port, const std::string& path, const json& body, const std::strin
     pos = eol + 2 + n + 2;
   }
   return r;
+}
+
+Reply Post(int port, const std::string& path, const json& body, const std::string& extra = "") {
+  return Send(port, Request(path, body.dump(), extra));
 }
 
 // The "data: ..." payloads of an SSE body, in order.
@@ -453,6 +456,20 @@ TEST_F(OpenAiE2eTest, AClientGoneBeforeAWholeReplyCancelsItsTurn) {
   EXPECT_EQ(server_->engine()->Stats().sessions_active, 0);
   EXPECT_LT(absl::Now() - closed, absl::Seconds(1)) << "the turn ran on after its client left";
   EXPECT_EQ(server_->engine()->Stats().kv_blocks_used, 0);
+}
+
+// The endpoint picker of the Gateway API Inference Extension scrapes the
+// pool's port: the model server protocol's three gauges are there, and they
+// are the daemon's (a turn served over HTTP counts).
+TEST_F(OpenAiE2eTest, MetricsAreServedOnTheApiPort) {
+  ASSERT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 3)).status, 200);
+  const Reply r = Send(port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(absl::StrContains(r.head, "Content-Type: text/plain; version=0.0.4")) << r.head;
+  for (const char* gauge : {"decoded_requests_waiting", "decoded_requests_running", "decoded_kv_cache_usage_ratio"}) {
+    EXPECT_TRUE(absl::StrContains(r.body, absl::StrCat("\n# TYPE ", gauge, " gauge\n"))) << gauge;
+  }
+  EXPECT_EQ(e2e::MetricValue(r.body, "decoded_generated_tokens_total"), 3) << r.body;
 }
 
 TEST_F(OpenAiE2eTest, TheBearerTokenGuardsTheCompletions) {

@@ -1,8 +1,10 @@
 // server/http/openai_routes.h without sockets: /health while loading and
 // serving, /v1/models and /v1/models/{id}, OpenAI's error object with its
-// status for 401 / 404 / 405 / 503, and the bearer token on /v1/* only.
+// status for 401 / 404 / 405 / 503, the bearer token on /v1/* only, and
+// /metrics behind its own token.
 #include "server/http/openai_routes.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,12 +40,22 @@ struct Fixture {
   ServingState state{false, "loading the model"};
   ServedModel model;
   std::string token;
+  std::string metrics_token;
+  std::function<std::string()> metrics_text;
+  bool pool_full = false;  // `run` refuses, as a full turn pool does
 
   HttpResponse Call(const std::string& method, const std::string& path, const std::string& auth = "") {
     OpenAiRoutesOptions o;
     o.auth_token = token;
     o.serving_state = [this] { return state; };
     o.served_model = [this] { return model; };
+    o.metrics_text = metrics_text;
+    o.metrics_auth_token = metrics_token;
+    o.run = [this](absl::AnyInvocable<void()> task) {
+      if (pool_full) return absl::ResourceExhaustedError("turn queue full");
+      task();  // at once: these tests have no pool
+      return absl::OkStatus();
+    };
     HttpHandler handler = OpenAiRoutes(std::move(o));
     HttpRequest r;
     r.method = method;
@@ -140,6 +152,36 @@ TEST(OpenAiRoutesTest, BearerTokenGuardsTheApiNotHealth) {
   EXPECT_EQ(f.Call("GET", "/health").status, 200);
   // Unknown API paths need the token too (no probing without it).
   EXPECT_EQ(f.Call("GET", "/v1/secret").status, 401);
+}
+
+TEST(OpenAiRoutesTest, MetricsAreServedBehindTheirOwnToken) {
+  Fixture f;
+  EXPECT_EQ(f.Call("GET", "/metrics").status, 404);  // no metrics callback: no route
+  int scrapes = 0;
+  f.metrics_text = [&scrapes] {
+    ++scrapes;
+    return std::string("decoded_requests_waiting 3\n");
+  };
+  HttpResponse r = f.Call("GET", "/metrics");  // served while loading too: the gauges say why
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "decoded_requests_waiting 3\n");
+  EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(f.Call("HEAD", "/metrics").body, "");
+  EXPECT_EQ(f.Call("POST", "/metrics").status, 405);
+  // The API's token does not guard it; --metrics_auth_token does, before
+  // anything is collected.
+  f.token = "api";
+  EXPECT_EQ(f.Call("GET", "/metrics").status, 200);
+  f.metrics_token = "scrape";
+  const int before = scrapes;
+  EXPECT_EQ(f.Call("GET", "/metrics").status, 401);
+  EXPECT_EQ(f.Call("GET", "/metrics", "Bearer api").status, 401);
+  EXPECT_EQ(scrapes, before);
+  EXPECT_EQ(f.Call("GET", "/metrics", "Bearer scrape").status, 200);
+  f.pool_full = true;
+  r = f.Call("GET", "/metrics", "Bearer scrape");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(ErrorOf(r)["message"].get<std::string>().find("turn queue full"), std::string::npos);
 }
 
 }  // namespace
