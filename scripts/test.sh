@@ -22,6 +22,9 @@ export DECODED_QWEN2_PATH="${DECODED_QWEN2_PATH:-$(scripts/fetch_model.sh qwen2)
 export DECODED_REQUIRE_MODEL=1
 # The official OpenAI SDK for the HTTP API's client test (tests/server/openai_sdk_test.py).
 scripts/pip_install.sh python3 "openai==3.63.0"
+# locust for the short HTTP load run beside decoded-loadgen (tests/server/openai_load_test.py). Not guidellm:
+# it imports torch (its data loader), and torch from PyPI brings ~3 GB of CUDA wheels.
+scripts/pip_install.sh python3 "locust==2.47.0"
 # The Vulkan backend's tests run on Mesa's lavapipe (mesa-vulkan-drivers) with
 # the Khronos validation layer; without a device they would skip: fail instead.
 export DECODED_REQUIRE_VULKAN=1
