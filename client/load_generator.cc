@@ -201,19 +201,25 @@ void CheckStream(int s, const StreamPlan& plan, const StreamRecord& rec, const L
     if (u.prompt_tokens() != prompt) {
       violations->push_back(absl::StrCat(where, "usage.prompt_tokens ", u.prompt_tokens(), ", sent ", prompt));
     }
-    if (u.cached_tokens() != previous_context) {
-      violations->push_back(absl::StrCat(where, "usage.cached_tokens ", u.cached_tokens(),
-                                         ", the previous turn ended at context ", previous_context));
+    // cached_tokens is the context carried over (all of it unless the
+    // server preempted the session and recomputes some) plus prompt tokens
+    // the prefix cache held, which a prompt another stream (or an earlier
+    // run with this seed) sent can give: at most the carried context and the
+    // whole prompt. The context itself grows by exactly prompt + generated.
+    if (u.cached_tokens() < 0 || u.cached_tokens() > previous_context + prompt) {
+      violations->push_back(absl::StrCat(where, "usage.cached_tokens ", u.cached_tokens(), " outside [0, ",
+                                         previous_context, " carried + ", prompt, " prompt]"));
     }
     const bool cut_in_prefill = r.end.finish_reason() == v1::CANCELLED && r.ids.empty();
     if (cut_in_prefill) {
-      if (u.context_tokens() < u.cached_tokens() || u.context_tokens() > u.cached_tokens() + prompt) {
+      if (u.context_tokens() < u.cached_tokens() || u.context_tokens() > previous_context + prompt) {
         violations->push_back(absl::StrCat(where, "cut in prefill, but context ", u.context_tokens(),
-                                           " is outside [cached, cached + prompt]"));
+                                           " is outside [cached, previous context ", previous_context,
+                                           " + prompt]"));
       }
-    } else if (u.context_tokens() != u.cached_tokens() + u.prompt_tokens() + u.generated_tokens()) {
-      violations->push_back(absl::StrCat(where, "usage.context_tokens ", u.context_tokens(), " != cached ",
-                                         u.cached_tokens(), " + prompt ", u.prompt_tokens(), " + generated ",
+    } else if (u.context_tokens() != previous_context + u.prompt_tokens() + u.generated_tokens()) {
+      violations->push_back(absl::StrCat(where, "usage.context_tokens ", u.context_tokens(), " != previous context ",
+                                         previous_context, " + prompt ", u.prompt_tokens(), " + generated ",
                                          u.generated_tokens()));
     }
     if (r.end.finish_reason() == v1::CANCELLED) {

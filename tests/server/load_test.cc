@@ -121,6 +121,29 @@ TEST(LoadTest, ConcurrentStreamsEqualSoloRunsAndGaugesReturnToZero) {
   EXPECT_EQ(daemon.WaitExit(absl::Seconds(15)), 0);
 }
 
+// A second run with the same seed sends the same prompts to the same daemon:
+// its first turns find them in the prefix cache (cached_tokens above the
+// carried context), which the checks must accept, and the ids must still
+// equal the solo replays.
+TEST(LoadTest, ARepeatedRunFindsItsPromptsInThePrefixCacheAndPasses) {
+  DECODED_REQUIRE_REAL_MODEL();
+  Daemon daemon(DaemonFlags());
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(60))) << daemon.Log();
+  const std::vector<std::string> flags = {"--streams=2", "--turns=2", "--min_prompt_tokens=40",
+                                          "--max_prompt_tokens=48", "--max_new_tokens=8", "--cancel_probability=0",
+                                          "--disconnect_probability=0", "--seed=11"};
+  const LoadgenRun first = RunLoadgen(daemon, flags, absl::Minutes(5));
+  ASSERT_EQ(first.exit_status, 0) << first.err << first.out;
+  const double hits_before = e2e::MetricValue(daemon.Metrics(), "decoded_prefix_cache_hit_tokens_total");
+  const LoadgenRun second = RunLoadgen(daemon, flags, absl::Minutes(5));
+  EXPECT_EQ(second.exit_status, 0) << second.err << second.out;
+  EXPECT_TRUE(nlohmann::json::parse(second.out)["violations"].empty()) << second.out;
+  // The run hit the cache (32+ tokens: a 16-token block of each of 2 first
+  // prompts at least), so the check above was put to the test.
+  EXPECT_GE(e2e::MetricValue(daemon.Metrics(), "decoded_prefix_cache_hit_tokens_total") - hits_before, 32)
+      << daemon.Metrics();
+}
+
 // The control: one id of the solo reference altered must fail the run
 // (exit 1, the mismatch named), or the passing run above proves nothing.
 TEST(LoadTest, CorruptedReferenceFailsTheRun) {
