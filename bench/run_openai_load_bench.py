@@ -153,8 +153,7 @@ class HostShare:
 
 class Seeds:
     """Fresh seeds for every run on one daemon: a prompt seen before would be
-    served from the prefix cache (cheaper, and decoded-loadgen then reports
-    cached tokens on a stream's first turn as a violation)."""
+    served from the prefix cache, and its cheaper prefill would flatter TTFT."""
 
     def __init__(self, start=1):
         self.next = start
