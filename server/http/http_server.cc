@@ -193,16 +193,26 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     OnStrand([self = shared_from_this(), r = std::move(response)]() mutable { self->Write(std::move(r), false); });
   }
 
+  // The request being answered: an exchange's strand operations carry its
+  // number, and those of an earlier request on this connection are dropped.
+  uint64_t request_id() const { return request_id_; }
+
   // Streamed replies, on the strand (HttpExchange's StartStream, Write,
-  // EndStream, OnClientGone). The bytes are HTTP/1.1 chunked encoding
+  // EndStream, OnClientGone). For HTTP/1.1 the bytes are chunked encoding
   // written by hand: the status line and headers, then "<hex size>\r\n
-  // <data>\r\n" per chunk, "0\r\n\r\n" at the end.
+  // <data>\r\n" per chunk, "0\r\n\r\n" at the end, after which a kept-alive
+  // connection reads its next request (clients and proxies pool
+  // connections; TLS would otherwise pay a handshake per streamed request).
+  // An HTTP/1.0 client knows no chunks: it gets the bytes as they are and
+  // the end of the body is the connection's close.
   void StreamStart(int status, const std::string& content_type) {
     const auto code = bhttp::int_to_status(static_cast<unsigned>(status));
     const beast::string_view reason = bhttp::obsolete_reason(code);
+    chunked_ = version_ >= 11;
     Enqueue(absl::StrCat("HTTP/1.1 ", status, " ", absl::string_view(reason.data(), reason.size()),
-                         "\r\nServer: decoded\r\nContent-Type: ", content_type,
-                         "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"),
+                         "\r\nServer: decoded\r\nContent-Type: ", content_type, "\r\nCache-Control: no-cache\r\n",
+                         chunked_ ? "Transfer-Encoding: chunked\r\n" : "",
+                         chunked_ && keep_alive_ ? "" : "Connection: close\r\n", "\r\n"),
             nullptr);
     Watch();
   }
@@ -211,11 +221,12 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       if (on_written) on_written(!closed_);
       return;
     }
-    Enqueue(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"), std::move(on_written));
+    Enqueue(chunked_ ? absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n") : data, std::move(on_written));
   }
   void StreamEnd() {
     if (stream_ended_) return;
     stream_ended_ = true;
+    if (!chunked_) return CloseWhenWritten();
     Enqueue("0\r\n\r\n", nullptr);
   }
   void SetOnClientGone(std::function<void()> fn) {
@@ -260,7 +271,8 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
                         self->out_.pop_front();
                         if (done.on_written) done.on_written(true);
                         if (!self->out_.empty()) return self->WriteNext();
-                        if (self->stream_ended_ || self->close_when_written_) self->Close();
+                        if (self->close_when_written_) return self->Close();
+                        if (self->stream_ended_) self->AfterStream();
                       });
   }
 
@@ -281,10 +293,18 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       if (!ec) {
         self->buffer_.commit(n);
         if (self->pending_reply_) return self->FlushPendingReply();
+        if (self->read_after_watch_) {
+          self->read_after_watch_ = false;
+          return self->ReadHeader();
+        }
         if (self->buffer_.size() < kMaxBufferedWhileWaiting) self->Watch();
         return;
       }
       if (ec == asio::error::operation_aborted && self->pending_reply_) return self->FlushPendingReply();
+      if (ec == asio::error::operation_aborted && self->read_after_watch_) {
+        self->read_after_watch_ = false;
+        return self->ReadHeader();
+      }
       self->client_gone_ = true;
       if (self->on_client_gone_) {
         std::function<void()> fn = std::move(self->on_client_gone_);
@@ -292,6 +312,19 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       }
       self->Close();
     });
+  }
+
+  // A streamed reply is out: the next request on a kept-alive connection,
+  // once the watching read has returned (cancelled, or with the first bytes
+  // of a pipelined request, which stay in the buffer).
+  void AfterStream() {
+    if (!keep_alive_ || !chunked_) return Close();
+    stream_ended_ = false;
+    on_client_gone_ = nullptr;
+    if (!watching_) return ReadHeader();
+    read_after_watch_ = true;
+    beast::error_code ignored;
+    Lowest().socket().cancel(ignored);
   }
 
   void FlushPendingReply() {
@@ -377,7 +410,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     bhttp::request<bhttp::string_body> req = parser_->release();
     parser_.reset();
     keep_alive_ = req.keep_alive();
-    auto exchange = std::make_shared<Exchange>(shared_from_this());
+    version_ = req.version();
+    on_client_gone_ = nullptr;  // an earlier request's
+    auto exchange = std::make_shared<Exchange>(shared_from_this(), ++request_id_);
     HttpRequest& r = exchange->req;
     r.method = std::string(req.method_string());
     const absl::string_view target(req.target().data(), req.target().size());
@@ -424,8 +459,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   }
 
   // HttpExchange of one request: replies through the connection's strand.
+  // Its stream operations are dropped once the connection has moved on to a
+  // later request (a callback that fires after the stream's end).
   struct Exchange : HttpExchange {
-    explicit Exchange(std::shared_ptr<Connection> c) : conn(std::move(c)) {}
+    Exchange(std::shared_ptr<Connection> c, uint64_t request_id) : conn(std::move(c)), id(request_id) {}
     ~Exchange() override {
       if (!responded.exchange(true)) {
         conn->PostReply(OpenAiError(500, "server_error", "the request was dropped without a reply"));
@@ -448,18 +485,27 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
         if (on_written) on_written(false);
         return;
       }
-      conn->OnStrand([c = conn, d = std::move(data), cb = std::move(on_written)]() mutable {
+      conn->OnStrand([c = conn, id = id, d = std::move(data), cb = std::move(on_written)]() mutable {
+        if (c->request_id() != id) {
+          if (cb) cb(false);
+          return;
+        }
         c->StreamWrite(d, std::move(cb));
       });
     }
     void EndStream() override {
       if (!streaming || ended.exchange(true)) return;
-      conn->OnStrand([c = conn] { c->StreamEnd(); });
+      conn->OnStrand([c = conn, id = id] {
+        if (c->request_id() == id) c->StreamEnd();
+      });
     }
     void OnClientGone(std::function<void()> fn) override {
-      conn->OnStrand([c = conn, f = std::move(fn)]() mutable { c->SetOnClientGone(std::move(f)); });
+      conn->OnStrand([c = conn, id = id, f = std::move(fn)]() mutable {
+        if (c->request_id() == id) c->SetOnClientGone(std::move(f));
+      });
     }
     std::shared_ptr<Connection> conn;
+    const uint64_t id;
     HttpRequest req;
     std::atomic<bool> responded{false};
     std::atomic<bool> streaming{false};
@@ -474,6 +520,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string peer_;
   bool keep_alive_ = false;
+  unsigned version_ = 11;  // the request's HTTP version, 10 or 11
+  uint64_t request_id_ = 0;
+  bool chunked_ = true;            // the streamed reply's framing
+  bool read_after_watch_ = false;  // a stream ended: read the next request once the watch returns
   // Streaming (strand only).
   asio::steady_timer write_timer_{stream_.get_executor()};
   std::deque<Chunk> out_;

@@ -2,7 +2,9 @@
 // and pipelining in order, the limits answered before the handler (431, 413,
 // 400), Expect: 100-continue, chunked bodies, the request timeout against a
 // client that trickles, max_connections, replies from other threads, an
-// exchange dropped without a reply, and Stop with a request still open.
+// exchange dropped without a reply, Stop with a request still open, and
+// streamed replies: chunked then the next request on the connection, closed
+// when asked, raw to an HTTP/1.0 client.
 #include "server/http/http_server.h"
 
 #include <arpa/inet.h>
@@ -145,6 +147,35 @@ HttpHandler Counting(std::atomic<int>* handled) {
     ex->Respond(HttpResponse{});
   };
 }
+
+// "/stream": a streamed reply of "one", "two", "three" written from another
+// thread (as the engine's events are), then its end; anything else: Echo.
+// The writers are joined when the handler is destroyed.
+class Streaming {
+ public:
+  ~Streaming() {
+    absl::MutexLock lock(&mu_);
+    for (std::thread& t : writers_) t.join();
+  }
+  HttpHandler handler() {
+    return [this](std::shared_ptr<HttpExchange> ex) {
+      if (ex->request().path != "/stream") return Echo()(std::move(ex));
+      ex->StartStream(200, "text/event-stream");
+      absl::MutexLock lock(&mu_);
+      writers_.emplace_back([ex] {
+        for (const char* part : {"one", "two", "three"}) ex->Write(part, nullptr);
+        ex->EndStream();
+      });
+    };
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::thread> writers_;
+};
+
+// A chunked body: "<hex>\r\n<data>\r\n" ... "0\r\n\r\n".
+const char kChunkedOneTwoThree[] = "3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\n0\r\n\r\n";
 
 std::unique_ptr<HttpServer> StartServer(HttpHandler handler, HttpServerOptions o = {}) {
   o.listen = "127.0.0.1:0";
@@ -344,6 +375,49 @@ TEST(HttpServerTest, StopWithARequestStillOpenReturnsAndALateReplyIsDropped) {
   kept->Respond(HttpResponse{});  // after Stop: dropped, no crash
   kept.reset();
   server.reset();
+}
+
+TEST(HttpServerTest, AStreamedReplyKeepsTheConnectionForTheNextRequest) {
+  Streaming streaming;
+  auto server = StartServer(streaming.handler());
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/stream")));
+  ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return absl::StrContains(b, "0\r\n\r\n"); }));
+  const std::string head = c.buffer().substr(0, c.buffer().find("\r\n\r\n"));
+  EXPECT_TRUE(absl::StrContains(head, "Transfer-Encoding: chunked")) << head;
+  EXPECT_FALSE(absl::StrContains(absl::AsciiStrToLower(head), "connection: close")) << head;
+  EXPECT_TRUE(absl::EndsWith(c.buffer(), kChunkedOneTwoThree)) << c.buffer();
+  c.buffer().clear();
+  // The same connection serves the next request, and a stream pipelined
+  // with a request after it answers both in order.
+  ASSERT_TRUE(c.Send(Get("/after")));
+  EXPECT_EQ(c.ReadResponse().body, "GET /after?  ");
+  ASSERT_TRUE(c.Send(Get("/stream") + Get("/pipelined")));
+  ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return absl::StrContains(b, "0\r\n\r\n"); }));
+  c.buffer().erase(0, c.buffer().find("0\r\n\r\n") + 5);
+  EXPECT_EQ(c.ReadResponse().body, "GET /pipelined?  ");
+  EXPECT_EQ(server->Counters().connections_accepted, 1);
+  EXPECT_EQ(server->Counters().requests, 4);
+}
+
+TEST(HttpServerTest, AStreamedReplyToConnectionCloseEndsTheConnection) {
+  Streaming streaming;
+  auto server = StartServer(streaming.handler());
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/stream", "Connection: close\r\n")));
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+  EXPECT_TRUE(absl::StrContains(c.buffer(), "Connection: close\r\n")) << c.buffer();
+  EXPECT_TRUE(absl::EndsWith(c.buffer(), kChunkedOneTwoThree)) << c.buffer();
+}
+
+TEST(HttpServerTest, AnHttp10ClientGetsTheStreamUnchunkedUntilTheClose) {
+  Streaming streaming;
+  auto server = StartServer(streaming.handler());
+  Client c(server->port());
+  ASSERT_TRUE(c.Send("GET /stream HTTP/1.0\r\nHost: x\r\n\r\n"));
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+  EXPECT_FALSE(absl::StrContains(c.buffer(), "Transfer-Encoding")) << c.buffer();
+  EXPECT_TRUE(absl::EndsWith(c.buffer(), "\r\n\r\nonetwothree")) << c.buffer();
 }
 
 TEST(HttpServerTest, BadOptionsAndAddressesAreRefused) {
