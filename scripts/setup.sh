@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 readonly APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
-  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libboost-dev
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libboost-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
-  python3 python3-pip
+  python3 python3-pip curl
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers
 )
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The OpenAI API checked with a client nobody here wrote: the official
-`openai` Python SDK (PyPI) against build/server/decoded --http_listen, on
-SmolLM2-135M-Instruct (it has a chat template; the default Gemma 3 270M is a
-base model without one).
+"""The OpenAI API checked with clients nobody here wrote: the official
+`openai` Python SDK (PyPI) and `curl -N` (raw SSE) against build/server/decoded
+--http_listen, on SmolLM2-135M-Instruct (it has a chat template; the default
+Gemma 3 270M is a base model without one); the SDK over HTTPS too.
 
   python3 tests/server/openai_sdk_test.py BUILD_DIR
 
@@ -159,6 +159,23 @@ class OpenAiSdkTest(unittest.TestCase):
                                        max_retries=0)
         with self.assertRaises(self.openai.AuthenticationError):
             anonymous.models.list()
+
+    def test_curl_streams_raw_sse(self):
+        # curl -N, the raw events: "data: <chunk>" blocks, "data: [DONE]" last;
+        # their text is the whole reply's.
+        body = {"model": self.model, "messages": [{"role": "user", "content": "Name three colors."}],
+                "max_tokens": 12, "temperature": 0, "stream": True}
+        out = subprocess.run(
+            ["curl", "-sSN", "--fail-with-body", f"http://127.0.0.1:{self.daemon.port}/v1/chat/completions",
+             "-H", f"Authorization: Bearer {TOKEN}", "-H", "Content-Type: application/json",
+             "-d", json.dumps(body)], capture_output=True, text=True, timeout=300, check=True).stdout
+        self.assertTrue(out.endswith("\n\n"), out[-200:])
+        blocks = out.split("\n\n")[:-1]
+        self.assertTrue(all(b.startswith("data: ") for b in blocks), blocks[:3])
+        self.assertEqual(blocks[-1], "data: [DONE]")
+        text = "".join(c["delta"].get("content") or "" for b in blocks[:-1]
+                       for c in json.loads(b[len("data: "):])["choices"])
+        self.assertEqual(text, self.chat().choices[0].message.content)
 
     def test_a_repeated_conversation_reuses_cached_kv(self):
         # The OpenAI way: every request sends the whole conversation. The
