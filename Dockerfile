@@ -21,7 +21,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ccache \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto \
-      libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libpcre2-dev libboost-dev \
+      libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev \
       libvulkan-dev glslc \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

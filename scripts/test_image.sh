@@ -76,9 +76,9 @@ cleanup() {
 }
 trap cleanup EXIT
 run_start=$SECONDS
-"${podman_run[@]}" -d --name "$name" --cpus 1 -p 127.0.0.1::50051 -p 127.0.0.1::9464 \
+"${podman_run[@]}" -d --name "$name" --cpus 1 -p 127.0.0.1::50051 -p 127.0.0.1::9464 -p 127.0.0.1::8000 \
   -v "$model":/models/model.gguf:ro -e DECODED_DRAIN_SECONDS="$drain_seconds" -e DECODED_MAX_SESSIONS=4 \
-  -e DECODED_CONTEXT_LENGTH=1024 \
+  -e DECODED_CONTEXT_LENGTH=1024 -e DECODED_HTTP_LISTEN=0.0.0.0:8000 \
   "$image" >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "podman run"; }
 # (podman complains on stderr that without systemd it cannot schedule the
 # HEALTHCHECK; `podman healthcheck run` below runs it.)
@@ -86,7 +86,9 @@ grpc_port="$(podman port "$name" 50051/tcp | head -1)"
 grpc_port="${grpc_port##*:}"
 metrics_port="$(podman port "$name" 9464/tcp | head -1)"
 metrics_port="${metrics_port##*:}"
-[[ -n "$grpc_port" && -n "$metrics_port" ]] || fail "no published ports"
+http_port="$(podman port "$name" 8000/tcp | head -1)"
+http_port="${http_port##*:}"
+[[ -n "$grpc_port" && -n "$metrics_port" && -n "$http_port" ]] || fail "no published ports"
 log "container $name: gRPC on 127.0.0.1:$grpc_port, metrics on 127.0.0.1:$metrics_port"
 cli() {
   "${podman_run[@]}" --rm --no-healthcheck --network host "$image" decoded-cli --server "127.0.0.1:$grpc_port" "$@"
@@ -129,6 +131,17 @@ grep -qE '^\[(LENGTH|STOP_TOKEN)\] prompt [0-9]+ tok, generated [1-9][0-9]* tok'
   { cat "$work/turn.err" >&2; fail "no final event"; }
 log "turn: $(tr -d '\n' <"$work/turn.out" | cut -c1-80) | $(grep -m1 '^\[' "$work/turn.err")"
 
+# 5b. The OpenAI API (DECODED_HTTP_LISTEN): a completion, the model named as
+# /v1/models lists it (the file's stem: "model").
+curl -fsS "http://127.0.0.1:$http_port/v1/models" >"$work/models.json" && grep -q '"id":"model"' "$work/models.json" ||
+  { cat "$work/models.json" >&2; fail "GET /v1/models"; }
+curl -fsS "http://127.0.0.1:$http_port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "model", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}' \
+  >"$work/completion.json" || { cat "$work/completion.json" >&2; fail "POST /v1/completions"; }
+grep -q '"object":"text_completion"' "$work/completion.json" && grep -q '"completion_tokens":[1-9]' "$work/completion.json" ||
+  { cat "$work/completion.json" >&2; fail "no completion"; }
+log "OpenAI API: $(cut -c1-160 "$work/completion.json")"
+
 # 6. Metrics from the container.
 curl -fsS "http://127.0.0.1:$metrics_port/metrics" >"$work/metrics.txt" || fail "no /metrics"
 generated="$(awk '/^decoded_generated_tokens_total/ {s += $NF} END {print s + 0}' "$work/metrics.txt")"
@@ -137,6 +150,7 @@ log "/metrics: decoded_generated_tokens_total $generated"
 
 # 7. SIGTERM during a running turn: a 1000-token turn cannot finish within
 # the drain; it must end with a final SHUTDOWN event, the container exit 0.
+: >"$work/long.out"  # exists before the background client opens it
 cli --prompt "Once upon a time" --max_new_tokens 1000 --ignore_eos >"$work/long.out" 2>"$work/long.err" &
 client=$!
 for _ in $(seq 300); do
