@@ -46,7 +46,7 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
     : params_(params), vocab_size_(std::max(vocab_size, 0)), rng_(params.seed) {
   SamplingParams& p = params_;
-  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) p.temperature = 0.0f;
+  if (!std::isfinite(p.temperature) || p.temperature < kGreedyTemperature) p.temperature = 0.0f;
   if (p.top_k < 0) p.top_k = 0;
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) p.top_p = 1.0f;
   if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) p.min_p = 0.0f;

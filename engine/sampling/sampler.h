@@ -20,8 +20,14 @@
 
 namespace decoded {
 
+// Temperatures below this are greedy, as in vLLM (its _SAMPLING_EPS): the
+// softmax at T divides logits by T, and 1/T of a subnormal T is inf (the
+// draw then degenerates), while at T = 1e-5 any logit gap above 0.001
+// already gives the top token all the mass a float holds.
+inline constexpr float kGreedyTemperature = 1e-5f;
+
 struct SamplingParams {
-  float temperature = 0.0f;        // 0 = greedy; must be >= 0 and finite
+  float temperature = 0.0f;        // 0 (or below kGreedyTemperature) = greedy; must be >= 0 and finite
   int32_t top_k = 0;               // 0 = off; must be >= 0
   float top_p = 1.0f;              // (0, 1]
   float min_p = 0.0f;              // [0, 1)

@@ -63,6 +63,23 @@ TEST(SamplerTest, GreedyOnVocabularySizedRowFindsPlantedMaximum) {
   EXPECT_EQ(s.Sample(logits).id, 200001);
 }
 
+// 1e-40 is a float subnormal: 1 / T is inf, and a draw at that temperature
+// found an end-of-text token far down the row (an outside tester's report).
+// Below kGreedyTemperature a draw is the argmax, whatever the seed.
+TEST(SamplerTest, SubnormalAndTinyTemperaturesAreGreedy) {
+  const std::vector<float> logits = PseudoRandomLogits(5000, 13);
+  Sampler greedy(Params(0.0f), 5000);
+  const int32_t argmax = greedy.Sample(logits).id;
+  for (float t : {1e-40f, 1e-30f, 9e-6f}) {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      SamplingParams p = Params(t);
+      p.seed = seed;
+      Sampler s(p, 5000);
+      EXPECT_EQ(s.Sample(logits).id, argmax) << t << " seed " << seed;
+    }
+  }
+}
+
 TEST(SamplerTest, NanLogitsAreNeverChosen) {
   const float nan = std::nanf("");
   Sampler s(Params(0.0f), 3);
