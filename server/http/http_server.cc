@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/dispatch.hpp"
 #include "boost/asio/executor_work_guard.hpp"
@@ -68,6 +69,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   // The acceptor's operations and its close run on one strand (the io
   // threads may be several).
   tcp::acceptor acceptor{asio::make_strand(ioc)};
+  asio::steady_timer accept_retry{acceptor.get_executor()};
   // Keeps run() going until Stop has posted every close: a connection
   // waiting for its reply has no operation pending, so once the acceptor
   // closed the threads could return before the other closes were posted.
@@ -158,6 +160,14 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     if (closed_) return;
     closed_ = true;
     server_->not_closed.fetch_sub(1);
+    // A reply that will never be whole: whatever the cause (a write
+    // timeout, the server's stop, a client sending too much), its work is
+    // for nobody, as when the client goes away.
+    if (awaiting_reply_ && on_client_gone_) {
+      std::function<void()> fn = std::move(on_client_gone_);
+      on_client_gone_ = nullptr;
+      fn();
+    }
     // No TLS close_notify: every reply is framed (Content-Length or the
     // last chunk), so a client knows it has it all; waiting for the peer's
     // close_notify would let a client hold the socket.
@@ -180,7 +190,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   // On the strand: Close once the queued bytes are out (now if none are).
   void CloseWhenWritten() {
-    if (writing_ || !out_.empty()) {
+    if (pending_reply_) {
+      pending_reply_->close = true;  // written once the watching read has returned
+    } else if (writing_ || writing_reply_ || !out_.empty()) {
       close_when_written_ = true;
     } else {
       Close();
@@ -226,8 +238,13 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   void StreamEnd() {
     if (stream_ended_) return;
     stream_ended_ = true;
-    if (!chunked_) return CloseWhenWritten();
-    Enqueue("0\r\n\r\n", nullptr);
+    if (chunked_) return Enqueue("0\r\n\r\n", nullptr);
+    if (writing_ || !out_.empty()) {
+      close_when_written_ = true;
+    } else {
+      awaiting_reply_ = false;
+      Close();
+    }
   }
   void SetOnClientGone(std::function<void()> fn) {
     if (client_gone_) {
@@ -271,6 +288,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
                         self->out_.pop_front();
                         if (done.on_written) done.on_written(true);
                         if (!self->out_.empty()) return self->WriteNext();
+                        if (self->stream_ended_) self->awaiting_reply_ = false;
                         if (self->close_when_written_) return self->Close();
                         if (self->stream_ended_) self->AfterStream();
                       });
@@ -297,8 +315,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
           self->read_after_watch_ = false;
           return self->ReadHeader();
         }
-        if (self->buffer_.size() < kMaxBufferedWhileWaiting) self->Watch();
-        return;
+        if (self->buffer_.size() < kMaxBufferedWhileWaiting) return self->Watch();
+        // A client that sends this much while its reply is pending could
+        // not be watched any more: it loses the connection and its turn.
+        return self->Close();
       }
       if (ec == asio::error::operation_aborted && self->pending_reply_) return self->FlushPendingReply();
       if (ec == asio::error::operation_aborted && self->read_after_watch_) {
@@ -354,6 +374,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   }
 
   void ReadHeader() {
+    head_ = false;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(std::min<int64_t>(server_->options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(static_cast<std::uint64_t>(server_->options.max_body_bytes));
@@ -366,7 +387,26 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     if (ec) return OnReadError(ec);
     // curl and others wait for 100 Continue before a large body.
     const auto& req = parser_->get();
+    // RFC 9112: a request's transfer coding is chunked, last, or the
+    // framing is unknown (a body read otherwise would be taken for the
+    // next request); a coding the server does not decode is 501.
+    if (const auto te = req.find(bhttp::field::transfer_encoding); te != req.end()) {
+      const std::string codings = absl::AsciiStrToLower(
+          absl::StripAsciiWhitespace(absl::string_view(te->value().data(), te->value().size())));
+      if (codings != "chunked") {
+        return absl::EndsWith(codings, "chunked")
+                   ? Refuse(501, absl::StrCat("transfer coding \"", codings, "\" is not supported: chunked only"))
+                   : Refuse(400, "the request's last transfer coding must be chunked");
+      }
+    }
+    if (req.version() >= 11 && req.find(bhttp::field::host) == req.end()) {
+      return Refuse(400, "an HTTP/1.1 request needs a Host header");
+    }
     const auto expect = req.find(bhttp::field::expect);
+    if (expect != req.end() && !absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()),
+                                                       "100-continue")) {
+      return Refuse(417, "only \"Expect: 100-continue\" is supported");
+    }
     if (expect != req.end() && absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()),
                                                       "100-continue") &&
         !parser_->is_done()) {
@@ -411,11 +451,22 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     parser_.reset();
     keep_alive_ = req.keep_alive();
     version_ = req.version();
+    head_ = req.method() == bhttp::verb::head;
+    awaiting_reply_ = true;
     on_client_gone_ = nullptr;  // an earlier request's
     auto exchange = std::make_shared<Exchange>(shared_from_this(), ++request_id_);
     HttpRequest& r = exchange->req;
     r.method = std::string(req.method_string());
-    const absl::string_view target(req.target().data(), req.target().size());
+    absl::string_view target(req.target().data(), req.target().size());
+    // The absolute form (a proxy's "http://host/path"): the path is what
+    // follows the authority.
+    for (absl::string_view scheme : {"http://", "https://"}) {
+      if (absl::ConsumePrefix(&target, scheme)) {
+        const size_t slash = target.find_first_of("/?");
+        target = slash == absl::string_view::npos ? "/" : target.substr(slash);
+        break;
+      }
+    }
     const size_t q = target.find('?');
     r.path = std::string(target.substr(0, q));
     if (q != absl::string_view::npos) r.query = std::string(target.substr(q + 1));
@@ -448,12 +499,20 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     res->set(bhttp::field::server, "decoded");
     res->set(bhttp::field::content_type, r.content_type);
     for (auto& [name, value] : r.headers) res->set(name, value);
-    res->body() = std::move(r.body);
     res->keep_alive(keep_alive_ && !close);
-    res->prepare_payload();
+    if (head_) {
+      // HEAD: the GET reply's headers, its length included, and no body.
+      res->content_length(r.body.size());
+    } else {
+      res->body() = std::move(r.body);
+      res->prepare_payload();
+    }
     Lowest().expires_after(ToChrono(server_->options.write_timeout));
+    writing_reply_ = true;
     bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
-      if (ec || !res->keep_alive()) return self->Close();
+      self->writing_reply_ = false;
+      if (!ec) self->awaiting_reply_ = false;
+      if (ec || !res->keep_alive() || self->close_when_written_) return self->Close();
       self->ReadHeader();
     });
   }
@@ -520,6 +579,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string peer_;
   bool keep_alive_ = false;
+  bool head_ = false;             // the request is HEAD
+  bool awaiting_reply_ = false;   // a request is in, its reply not all written
+  bool writing_reply_ = false;    // a whole reply is being written
   unsigned version_ = 11;  // the request's HTTP version, 10 or 11
   uint64_t request_id_ = 0;
   bool chunked_ = true;            // the streamed reply's framing
@@ -591,9 +653,13 @@ void HttpServer::Impl::Accept() {
         }
       }
     }
-    // Out of descriptors and the like: keep accepting (the next try may
-    // succeed once connections close).
-    self->Accept();
+    if (!ec) return self->Accept();
+    // Out of descriptors and the like: try again shortly (once connections
+    // have closed), not at once, which would spin on the error.
+    self->accept_retry.expires_after(std::chrono::milliseconds(50));
+    self->accept_retry.async_wait([self](beast::error_code wait_ec) {
+      if (!wait_ec && self->acceptor.is_open()) self->Accept();
+    });
   });
 }
 
@@ -648,12 +714,14 @@ HttpServerCounters HttpServer::Counters() const {
 }
 
 void HttpServer::Stop(absl::Time graceful_until) {
-  auto live = [this] {
-    std::vector<std::shared_ptr<ConnectionBase>> out;
+  // The references taken under the lock are dropped after it: the last one
+  // to a connection runs its destructor, which takes the lock.
+  std::vector<std::shared_ptr<ConnectionBase>> live;
+  auto collect_live = [this, &live] {  // under impl_->mu
+    live.clear();
     for (auto& [ptr, weak] : impl_->connections) {
-      if (std::shared_ptr<ConnectionBase> c = weak.lock()) out.push_back(std::move(c));
+      if (std::shared_ptr<ConnectionBase> c = weak.lock()) live.push_back(std::move(c));
     }
-    return out;
   };
   {
     absl::MutexLock lock(&impl_->mu);
@@ -661,16 +729,21 @@ void HttpServer::Stop(absl::Time graceful_until) {
     asio::post(impl_->acceptor.get_executor(), [impl = impl_] {
       beast::error_code ignored;
       impl->acceptor.close(ignored);
+      impl->accept_retry.cancel();
     });
-    for (const std::shared_ptr<ConnectionBase>& c : live()) c->PostCloseWhenWritten();
+    collect_live();
+    for (const std::shared_ptr<ConnectionBase>& c : live) c->PostCloseWhenWritten();
   }
+  live.clear();
   while (impl_->not_closed.load() > 0 && absl::Now() < graceful_until) absl::SleepFor(absl::Milliseconds(5));
   {
     absl::MutexLock lock(&impl_->mu);
     // Closes go out before `stopped`: they must still be posted.
-    for (const std::shared_ptr<ConnectionBase>& c : live()) c->PostClose();
+    collect_live();
+    for (const std::shared_ptr<ConnectionBase>& c : live) c->PostClose();
     impl_->stopped = true;
   }
+  live.clear();
   impl_->work.reset();
   // With the acceptor and every socket closed, run() returns once the
   // handlers those closes complete have run.

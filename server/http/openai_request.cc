@@ -46,7 +46,7 @@ class Fields {
   absl::Status Integer(const char* name, int64_t lo, int64_t hi, std::optional<int64_t>* out) const {
     const json* v = Get(name);
     if (v == nullptr) return absl::OkStatus();
-    if (!v->is_number_integer()) return Bad(name, "must be an integer");
+    if (!v->is_number_integer()) return Bad(name, absl::StrCat("must be an integer in [", lo, ", ", hi, "]"));
     const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}
                           ? INT64_MAX
                           : v->get<int64_t>();
@@ -80,7 +80,11 @@ absl::Status TokenIds(const json& list, absl::string_view param, std::vector<int
   return absl::OkStatus();
 }
 
-absl::Status Prompt(const json& prompt, serving::TurnRequest* turn) {
+// OpenAI's prompt: a string, a list of token ids, or a list holding one of
+// those (a batch of one). Deeper nesting is refused, not followed.
+absl::Status Prompt(const json& given, serving::TurnRequest* turn) {
+  const bool batch_of_one = given.is_array() && given.size() == 1 && (given[0].is_string() || given[0].is_array());
+  const json& prompt = batch_of_one ? given[0] : given;
   if (prompt.is_string()) {
     turn->kind = serving::TurnRequest::InputKind::kText;
     turn->text = prompt.get<std::string>();
@@ -90,9 +94,10 @@ absl::Status Prompt(const json& prompt, serving::TurnRequest* turn) {
   if (!prompt.is_array() || prompt.empty()) {
     return Bad("prompt", "must be a string, a list of token ids, or a list of one of those");
   }
-  if (prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) return Prompt(prompt[0], turn);
   if (prompt[0].is_string() || prompt[0].is_array()) {
-    return Bad("prompt", "several prompts in one request are not supported: send one prompt per request");
+    return Bad("prompt", batch_of_one ? "must be a string, a list of token ids, or a list of one of those"
+                                      : "several prompts in one request are not supported: send one prompt per "
+                                        "request");
   }
   turn->kind = serving::TurnRequest::InputKind::kTokens;
   return TokenIds(prompt, "prompt", &turn->tokens);
@@ -114,7 +119,8 @@ absl::Status Messages(const json& messages, serving::TurnRequest* turn) {
                  absl::StrCat("'", role_it->get<std::string>(),
                               "' is not supported: use system, developer, user or assistant (no tools)"));
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    if (const auto calls = m.find("tool_calls");
+        calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty())) {
       return Bad(absl::StrCat(at, ".tool_calls"), "tool calls are not supported");
     }
     const auto content = m.find("content");
@@ -181,7 +187,8 @@ absl::Status Parse(const json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) 
       return Bad("tools", "tool calling is not supported");
     }
     if (const json* rf = f.Get("response_format"); rf != nullptr) {
-      if (!rf->is_object() || rf->value("type", "") != "text") {
+      const auto type = rf->is_object() ? rf->find("type") : rf->end();
+      if (!rf->is_object() || type == rf->end() || !type->is_string() || *type != "text") {
         return Bad("response_format", "only {\"type\": \"text\"} is supported");
       }
     }
@@ -221,6 +228,7 @@ absl::Status Parse(const json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) 
   if (absl::Status s = f.Number("presence_penalty", -2, 2, false, &p.presence_penalty); !s.ok()) return s;
   if (absl::Status s = f.Number("frequency_penalty", -2, 2, false, &p.frequency_penalty); !s.ok()) return s;
   if (absl::Status s = f.Number("min_p", 0, 1, false, &p.min_p); !s.ok()) return s;
+  if (p.min_p == 1.0f) return Bad("min_p", "must be below 1 (1 would keep only tokens as likely as the best)");
   if (absl::Status s = f.Number("repetition_penalty", 0, 1e6, true, &p.repetition_penalty); !s.ok()) return s;
   std::optional<int64_t> top_k;
   if (absl::Status s = f.Integer("top_k", -1, INT32_MAX, &top_k); !s.ok()) return s;
@@ -264,6 +272,53 @@ absl::Status Parse(const json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) 
   return absl::OkStatus();
 }
 
+// The SAX pass's limits: a request is a few levels deep (messages[i].
+// content[j].text is 4) and its values are at most a prompt of token ids
+// (a context's worth), so deeper or larger documents are refused before a
+// DOM is built: a DOM node is 16 bytes and an empty object ~60 more, so 8
+// MiB of "{}," would take ~300 MB, and nesting is what deep recursion (in
+// any code that walks the tree) needs.
+struct JsonLimits : nlohmann::json_sax<json> {
+  static constexpr int kMaxDepth = 64;
+  static constexpr int64_t kMaxValues = int64_t{1} << 20;
+  int depth = 0;
+  int64_t values = 0;
+  std::string error;
+
+  bool Value() {
+    if (++values <= kMaxValues) return true;
+    error = absl::StrCat("more than ", kMaxValues, " values");
+    return false;
+  }
+  bool Open() {
+    if (++depth <= kMaxDepth && Value()) return true;
+    if (error.empty()) error = absl::StrCat("nested deeper than ", kMaxDepth, " levels");
+    return false;
+  }
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return Open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override {
+    --depth;
+    return true;
+  }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override {
+    --depth;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();  // a syntax error, or a number out of a double's range
+    return false;
+  }
+};
+
 }  // namespace
 
 std::string ErrorParam(const absl::Status& status) {
@@ -272,18 +327,22 @@ std::string ErrorParam(const absl::Status& status) {
 }
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, OpenAiEndpoint endpoint) {
-  const json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    // The parser's own message names the byte; parse again for it.
-    try {
-      (void)json::parse(body.begin(), body.end());
-    } catch (const json::parse_error& e) {
-      return Bad("body", absl::StrCat("not valid JSON: ", e.what()));
-    }
-    return Bad("body", "not valid JSON");
+  // First a pass that builds nothing: syntax, numbers a double cannot hold,
+  // and the limits, each with the parser's message naming the byte.
+  JsonLimits limits;
+  if (!json::sax_parse(body.begin(), body.end(), &limits)) {
+    return Bad("body", absl::StrCat("not valid JSON: ", limits.error.empty() ? "parse error" : limits.error));
   }
+  const json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Bad("body", "not valid JSON");
   OpenAiRequest r;
-  if (absl::Status s = Parse(parsed, endpoint, &r); !s.ok()) return s;
+  try {
+    if (absl::Status s = Parse(parsed, endpoint, &r); !s.ok()) return s;
+  } catch (const json::exception& e) {
+    // Every read above checks its type first; this is the net under them,
+    // so a request can never take the daemon down.
+    return Bad("body", absl::StrCat("unexpected JSON: ", e.what()));
+  }
   return r;
 }
 

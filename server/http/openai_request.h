@@ -9,7 +9,7 @@
 //           and frequency_penalty [-2, 2], stop (a string or a list), seed,
 //           n (1 only: a KV cache cannot be forked yet), stream,
 //           stream_options.include_usage (with stream only), user (ignored);
-//           vLLM's top_k (-1 or 0: off), min_p [0, 1], repetition_penalty
+//           vLLM's top_k (-1 or 0: off), min_p [0, 1), repetition_penalty
 //           (> 0), ignore_eos.
 //   completions  prompt: a string, a list of one string, a list of token ids
 //           or a list of one such list (several prompts: 400); echo;
@@ -20,11 +20,15 @@
 //           logprobs (bool) and top_logprobs 0..20; tools, a tool role,
 //           non-text parts and response_format other than text: 400.
 //           Default max_tokens: the rest of the context.
-// A temperature of 0 is greedy; without a seed, a sampled request gets a
-// random one (OpenAI's requests are not reproducible unless seeded).
+// A temperature of 0 (or below 1e-5) is greedy; without a seed, a sampled
+// request gets a random one (OpenAI's requests are not reproducible unless
+// seeded).
 //
 // Errors: INVALID_ARGUMENT whose message names the field, with the field's
-// name as the payload kParamPayload (OpenAI's error "param").
+// name as the payload kParamPayload (OpenAI's error "param"); "body" for
+// JSON that does not parse, holds a number beyond a double, nests deeper
+// than 64 levels or holds more than 2^20 values (checked before a DOM is
+// built). Never an exception.
 #ifndef DECODED_SERVER_HTTP_OPENAI_REQUEST_H_
 #define DECODED_SERVER_HTTP_OPENAI_REQUEST_H_
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -45,15 +46,13 @@ class Routes {
       if (req.method != "GET" && req.method != "HEAD") return MethodNotAllowed(req, "GET, HEAD");
       if (!options_.metrics_auth_token.empty() &&
           !BearerTokenMatches(req.header("authorization"), options_.metrics_auth_token)) {
-        return OpenAiError(401, "authentication_error",
-                           "missing or wrong token: send \"Authorization: Bearer <token>\" (the daemon's "
-                           "--metrics_auth_token)",
-                           "", "invalid_api_key");
+        return Unauthorized(
+            "missing or wrong token: send \"Authorization: Bearer <token>\" (the daemon's --metrics_auth_token)");
       }
       const absl::Status submitted = options_.run([exchange, text = options_.metrics_text] {
         HttpResponse r;
         r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        if (exchange->request().method == "GET") r.body = text();
+        r.body = text();  // HEAD too: the server sends its length, not its bytes
         exchange->Respond(std::move(r));
       });
       if (submitted.ok()) return std::nullopt;
@@ -62,9 +61,7 @@ class Routes {
     }
     if (!absl::StartsWith(path, "/v1/")) return NotFound(req);
     if (!options_.auth_token.empty() && !BearerTokenMatches(req.header("authorization"), options_.auth_token)) {
-      return OpenAiError(401, "authentication_error",
-                         "missing or wrong API key: send \"Authorization: Bearer <token>\" (the daemon's --auth_token)",
-                         "", "invalid_api_key");
+      return Unauthorized("missing or wrong API key: send \"Authorization: Bearer <token>\" (the daemon's --auth_token)");
     }
     if (options_.completions != nullptr && (path == "/v1/completions" || path == "/v1/chat/completions")) {
       if (req.method != "POST") return MethodNotAllowed(req, "POST");
@@ -80,7 +77,8 @@ class Routes {
         return OpenAiError(503, "server_error", absl::StrCat("no model yet: ", s.reason), "", "unavailable");
       }
       if (path == "/v1/models") return Json(200, {{"object", "list"}, {"data", json::array({ModelObject(m)})}});
-      const absl::string_view id = absl::string_view(path).substr(absl::string_view("/v1/models/").size());
+      // Percent-encoded as clients send an id with '/' or ' ' in it.
+      const std::string id = PercentDecoded(absl::string_view(path).substr(absl::string_view("/v1/models/").size()));
       if (id != m.id) {
         return OpenAiError(404, "not_found_error", absl::StrCat("the model '", id, "' does not exist; this server serves '",
                                                                 m.id, "'"),
@@ -92,6 +90,36 @@ class Routes {
   }
 
  private:
+  // RFC 6750: a 401 names the scheme it wants.
+  static HttpResponse Unauthorized(absl::string_view message) {
+    HttpResponse r = OpenAiError(401, "authentication_error", message, "", "invalid_api_key");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  }
+  // "%2F" -> "/", "%20" -> " "; a malformed escape is kept as it is.
+  static std::string PercentDecoded(absl::string_view s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+      int hi = 0, lo = 0;
+      if (s[i] == '%' && i + 2 < s.size() && Hex(s[i + 1], &hi) && Hex(s[i + 2], &lo)) {
+        out.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+      } else {
+        out.push_back(s[i]);
+      }
+    }
+    return out;
+  }
+  static bool Hex(char c, int* v) {
+    if (c >= '0' && c <= '9') {
+      *v = c - '0';
+    } else if (absl::ascii_isxdigit(c)) {
+      *v = absl::ascii_tolower(c) - 'a' + 10;
+    } else {
+      return false;
+    }
+    return true;
+  }
   static HttpResponse NotFound(const HttpRequest& req) {
     return OpenAiError(404, "not_found_error", absl::StrCat("no route for ", req.method, " ", req.path), "",
                        "not_found");
@@ -114,8 +142,7 @@ HttpHandler OpenAiRoutes(OpenAiRoutesOptions options) {
   return [routes](std::shared_ptr<HttpExchange> exchange) {
     std::optional<HttpResponse> r = routes->Handle(exchange);
     if (!r.has_value()) return;
-    // A HEAD reply has the GET reply's headers and no body.
-    if (exchange->request().method == "HEAD") r->body.clear();
+    // HEAD: the server writes the GET reply's headers and no body.
     exchange->Respond(*std::move(r));
   };
 }

@@ -4,7 +4,11 @@
 // client that trickles, max_connections, replies from other threads, an
 // exchange dropped without a reply, Stop with a request still open, and
 // streamed replies: chunked then the next request on the connection, closed
-// when asked, raw to an HTTP/1.0 client.
+// when asked, raw to an HTTP/1.0 client; and what an outside tester found:
+// transfer codings other than chunked (request smuggling), Host, Expect,
+// absolute-form targets, HEAD's length, a reply cut by the server (write
+// timeout, too many bytes sent while waiting) cancelling like a client gone,
+// and a reply queued before Stop still written.
 #include "server/http/http_server.h"
 
 #include <arpa/inet.h>
@@ -418,6 +422,145 @@ TEST(HttpServerTest, AnHttp10ClientGetsTheStreamUnchunkedUntilTheClose) {
   EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
   EXPECT_FALSE(absl::StrContains(c.buffer(), "Transfer-Encoding")) << c.buffer();
   EXPECT_TRUE(absl::EndsWith(c.buffer(), "\r\n\r\nonetwothree")) << c.buffer();
+}
+
+TEST(HttpServerTest, TransferCodingsOtherThanChunkedAreRefusedAndTheConnectionEnds) {
+  std::atomic<int> handled{0};
+  auto server = StartServer(Counting(&handled));
+  // With "identity" the body would be taken for a second request.
+  const std::string smuggled = "GET /v1/SMUGGLED HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const auto& [coding, status] : std::vector<std::pair<std::string, int>>{
+           {"identity", 400}, {"chunked, identity", 400}, {"xchunked", 501}, {"gzip, chunked", 501}}) {
+    Client c(server->port());
+    ASSERT_TRUE(c.Send(absl::StrCat("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ", coding, "\r\n\r\n", smuggled)));
+    EXPECT_EQ(c.ReadResponse().status, status) << coding;
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000))) << coding;
+    EXPECT_FALSE(absl::StrContains(c.buffer(), "HTTP/1.1")) << coding << ": a second reply";
+  }
+  EXPECT_EQ(handled.load(), 0);
+}
+
+TEST(HttpServerTest, HostExpectAndAbsoluteFormTargets) {
+  auto server = StartServer(Echo());
+  {
+    Client c(server->port());
+    ASSERT_TRUE(c.Send("GET / HTTP/1.1\r\n\r\n"));
+    EXPECT_EQ(c.ReadResponse().status, 400);  // HTTP/1.1 without Host
+  }
+  {
+    Client c(server->port());
+    ASSERT_TRUE(c.Send("GET /old HTTP/1.0\r\n\r\n"));
+    EXPECT_EQ(c.ReadResponse().status, 200);  // HTTP/1.0 needs none
+  }
+  {
+    Client c(server->port());
+    ASSERT_TRUE(c.Send(Post("/", "abc", "Expect: something-else\r\n")));
+    EXPECT_EQ(c.ReadResponse().status, 417);
+  }
+  Client c(server->port());
+  ASSERT_TRUE(c.Send("GET http://example.com:8000/a/b?q=1 HTTP/1.1\r\nHost: example.com\r\n\r\n"));
+  EXPECT_EQ(c.ReadResponse().body, "GET /a/b?q=1  ");
+  ASSERT_TRUE(c.Send("GET https://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n"));
+  EXPECT_EQ(c.ReadResponse().body, "GET /?  ");
+}
+
+TEST(HttpServerTest, HeadGetsTheGetRepliesLengthAndNoBody) {
+  auto server = StartServer([](std::shared_ptr<HttpExchange> ex) {
+    HttpResponse r;
+    r.body = "0123456789";
+    ex->Respond(std::move(r));
+  });
+  Client c(server->port());
+  ASSERT_TRUE(c.Send("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n" + Get("/next")));
+  // The HEAD reply's header only, then the GET reply whole.
+  ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return absl::StrContains(b, "0123456789"); }));
+  const size_t second = c.buffer().find("HTTP/1.1", 1);
+  ASSERT_NE(second, std::string::npos) << c.buffer();
+  const std::string head_reply = c.buffer().substr(0, second);
+  EXPECT_TRUE(absl::StrContains(head_reply, "Content-Length: 10\r\n")) << head_reply;
+  EXPECT_TRUE(absl::EndsWith(head_reply, "\r\n\r\n")) << head_reply;  // no body
+}
+
+// A stream the client does not read: once the socket's buffers are full the
+// write timeout ends the connection, and the turn behind it must hear of it
+// as of a client gone (else it decodes on for nobody).
+TEST(HttpServerTest, AStreamCutByTheWriteTimeoutTellsItsClientIsGone) {
+  HttpServerOptions o;
+  o.write_timeout = absl::Milliseconds(300);
+  std::atomic<bool> gone{false};
+  std::vector<std::thread> writers;
+  absl::Mutex mu;
+  auto server = StartServer(
+      [&](std::shared_ptr<HttpExchange> ex) {
+        ex->OnClientGone([&gone] { gone = true; });
+        ex->StartStream(200, "text/event-stream");
+        absl::MutexLock lock(&mu);
+        writers.emplace_back([ex] {
+          for (int i = 0; i < 256; ++i) ex->Write(std::string(256 << 10, 'x'), nullptr);  // 64 MiB
+        });
+      },
+      o);
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/")));  // and never read
+  for (int i = 0; i < 500 && !gone; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(gone.load());
+  absl::MutexLock lock(&mu);
+  for (std::thread& t : writers) t.join();
+}
+
+// While a reply is pending the socket is watched; a client that sends more
+// than 64 KiB meanwhile could not be watched further: it loses the
+// connection, and its turn is told.
+TEST(HttpServerTest, TooMuchSentWhileAReplyIsPendingEndsTheConnectionAndTheTurn) {
+  std::atomic<bool> gone{false};
+  std::shared_ptr<HttpExchange> kept;
+  absl::Mutex mu;
+  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
+    ex->OnClientGone([&gone] { gone = true; });
+    absl::MutexLock lock(&mu);
+    kept = std::move(ex);
+  });
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  c.Send(std::string(100 << 10, 'j'));  // may fail once the server closes
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(3000)));
+  for (int i = 0; i < 300 && !gone; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(gone.load());
+  absl::MutexLock lock(&mu);
+  kept.reset();
+}
+
+// The drain's order: a turn's reply is handed over, then the server stops
+// gracefully; the reply (queued behind the watching read) is still written.
+TEST(HttpServerTest, AReplyGivenBeforeAGracefulStopIsWritten) {
+  for (int round = 0; round < 20; ++round) {
+    std::shared_ptr<HttpExchange> kept;
+    absl::Mutex mu;
+    auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
+      absl::MutexLock lock(&mu);
+      kept = std::move(ex);
+    });
+    Client c(server->port());
+    ASSERT_TRUE(c.Send(Get("/")));
+    auto has_request = [&] {
+      absl::MutexLock lock(&mu);
+      return kept != nullptr;
+    };
+    for (int i = 0; i < 1000 && !has_request(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    {
+      absl::MutexLock lock(&mu);
+      ASSERT_NE(kept, nullptr);
+      HttpResponse r;
+      r.status = 503;
+      r.body = "cut by the drain";
+      kept->Respond(std::move(r));
+      kept.reset();
+    }
+    server->Stop(absl::Now() + absl::Seconds(2));
+    const Client::Response r = c.ReadResponse();
+    EXPECT_EQ(r.status, 503) << "round " << round;
+    EXPECT_EQ(r.body, "cut by the drain") << "round " << round;
+  }
 }
 
 TEST(HttpServerTest, BadOptionsAndAddressesAreRefused) {
