@@ -215,6 +215,21 @@ class ServerCollectable final : public prometheus::Collectable {
                  MetricType::Gauge, s.turn_queue),
         OneValue("decoded_utility_queue", "Tokenize and Detokenize calls waiting for the utility pool.",
                  MetricType::Gauge, s.utility_queue),
+        OneValue("decoded_http_connections_open", "HTTP (OpenAI API) connections open.", MetricType::Gauge,
+                 s.http_connections_open),
+        OneValue("decoded_http_connections_accepted_total", "HTTP connections accepted.", MetricType::Counter,
+                 s.http_connections_accepted_total),
+        OneValue("decoded_http_connections_refused_total",
+                 "HTTP connections closed at once because the server's connection limit was reached.",
+                 MetricType::Counter, s.http_connections_refused_total),
+        OneValue("decoded_http_requests_total", "HTTP requests handed to the API's routes.", MetricType::Counter,
+                 s.http_requests_total),
+        OneValue("decoded_http_requests_refused_total",
+                 "HTTP requests the server answered itself: malformed framing or a limit (400, 413, 417, 431, 501).",
+                 MetricType::Counter, s.http_requests_refused_total),
+        OneValue("decoded_http_tls_handshakes_failed_total",
+                 "HTTPS connections closed before a request: a plaintext client, a failed or timed-out handshake.",
+                 MetricType::Counter, s.http_tls_handshakes_failed_total),
     };
   }
 

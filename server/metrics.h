@@ -50,6 +50,13 @@ struct ServerState {
   int64_t streams_open = 0;               // Generate streams, with or without a session
   int64_t turn_queue = 0;                 // turns waiting for the turn pool
   int64_t utility_queue = 0;              // Tokenize/Detokenize calls waiting for the utility pool
+  // The HTTP front door (server/http/http_server.h), when --http_listen is set.
+  int64_t http_connections_open = 0;
+  int64_t http_connections_accepted_total = 0;
+  int64_t http_connections_refused_total = 0;  // over its max_connections
+  int64_t http_requests_total = 0;             // handed to the routes
+  int64_t http_requests_refused_total = 0;     // 400 / 413 / 417 / 431 / 501 by the server itself
+  int64_t http_tls_handshakes_failed_total = 0;
 };
 
 class ServerMetrics {

@@ -154,7 +154,6 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
   if (server->server_ == nullptr) return absl::UnavailableError(absl::StrCat("cannot serve on ", options.listen));
   DecodedServer* self = server.get();
   server->listener_->Start(server->acceptor_.get(), [self](const absl::Status& why) { self->ListenerFailed(why); });
-  server->metrics_->SetServerState([self] { return self->State(); });
   server->UpdateHealth();
   server->watchdog_ = std::thread([self] { self->Watchdog(); });
   if (options.listener_probe_interval > absl::ZeroDuration()) {
@@ -173,6 +172,14 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     completions.on_inter_token = [metrics](double seconds) { metrics->InterToken(seconds); };
     completions.on_turn_end = [metrics](const serving::TurnEnd& end) { metrics->TurnEnded(end); };
     completions.on_rejected = [metrics] { metrics->AdmissionRejected(); };
+    completions.on_session_opened = [metrics] { metrics->SessionOpened(); };
+    completions.on_session_closed = [metrics](serving::FinishReason reason) {
+      // An HTTP turn is cancelled only when its client went away.
+      metrics->SessionClosed(reason == serving::FinishReason::kCancelled  ? SessionOutcome::kClientGone
+                             : reason == serving::FinishReason::kShutdown ? SessionOutcome::kShutdown
+                             : reason == serving::FinishReason::kError    ? SessionOutcome::kError
+                                                                          : SessionOutcome::kOk);
+    };
     server->completions_ = std::make_shared<http::OpenAiCompletions>(std::move(completions));
     http::OpenAiRoutesOptions routes;
     routes.completions = server->completions_;
@@ -199,6 +206,8 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     if (!http.ok()) return http.status();
     server->http_ = *std::move(http);
   }
+  // Last: State() reads http_, which is set by now and not changed again.
+  server->metrics_->SetServerState([self] { return self->State(); });
   return server;
 }
 
@@ -365,6 +374,15 @@ ServerState DecodedServer::State() {
     const Http2GuardStats g = guard_->Stats();
     s.connections_closed_for_resets_total += g.closed_resets_total;
     s.connections_closed_for_header_blocks_total = g.closed_header_block_total;
+  }
+  if (http_ != nullptr) {
+    const http::HttpServerCounters h = http_->Counters();
+    s.http_connections_open = h.connections_open;
+    s.http_connections_accepted_total = h.connections_accepted;
+    s.http_connections_refused_total = h.connections_refused;
+    s.http_requests_total = h.requests;
+    s.http_requests_refused_total = h.requests_refused;
+    s.http_tls_handshakes_failed_total = h.tls_handshakes_failed;
   }
   return s;
 }

@@ -209,6 +209,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
       exchange_->Respond(Reply());
     }
     // The session goes now; this sink lives until the engine released it.
+    if (options_->on_session_closed) options_->on_session_closed(end_.reason);
     engine_->CloseSession(session_, [self = std::move(self_)] {});
   }
 
@@ -466,11 +467,14 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
   };
   absl::StatusOr<serving::SessionId> session = engine->OpenSession();
   if (!session.ok()) return refused(session.status());
+  // Counted from here, as the gRPC API counts a session from OpenSession.
+  if (options.on_session_opened) options.on_session_opened();
   auto sink = std::make_shared<HttpTurn>(&options, std::move(in_flight), exchange, engine, *session, req, model,
                                          std::move(echo_text), std::move(prompt_ids));
   sink->KeepAlive();
   if (absl::Status s = engine->SubmitTurn(*session, req.turn, sink.get()); !s.ok()) {
     sink->Release();
+    if (options.on_session_closed) options.on_session_closed(serving::FinishReason::kError);
     engine->CloseSession(*session, [sink] {});
     return refused(s);
   }

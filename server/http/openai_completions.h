@@ -51,11 +51,16 @@ struct CompletionsOptions {
   std::function<std::string()> not_serving_reason;
   // The daemon's per-turn metrics, as the gRPC API records them (each may be
   // null): a token generated, the gap since the turn's previous token
-  // (seconds), a turn's end, a request refused for want of room (429).
+  // (seconds), a turn's end, a request refused for want of room (429), a
+  // session opened and closed, with its turn's finish reason (kError when
+  // the turn was refused) (decoded_sessions_active counts HTTP sessions as
+  // gRPC ones: the autoscaler reads it).
   std::function<void()> on_token;
   std::function<void(double)> on_inter_token;
   std::function<void(const serving::TurnEnd&)> on_turn_end;
   std::function<void()> on_rejected;
+  std::function<void()> on_session_opened;
+  std::function<void(serving::FinishReason)> on_session_closed;
 };
 
 // The handler of both routes; `endpoint` picks which.

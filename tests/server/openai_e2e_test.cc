@@ -355,12 +355,17 @@ TEST_F(OpenAiE2eTest, AClientGoneMidStreamCancelsItsTurnAndFreesItsSession) {
     got.append(buf, static_cast<size_t>(n));
   }
   EXPECT_EQ(server_->engine()->Stats().sessions_active, 1);
+  // The daemon's gauge counts HTTP sessions (the autoscaler reads it).
+  EXPECT_EQ(e2e::MetricValue(e2e::HttpGet(server_->metrics_port(), "/metrics"), "decoded_sessions_active"), 1);
   close(fd);
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (server_->engine()->Stats().sessions_active != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
   const serving::EngineStats s = server_->engine()->Stats();
   EXPECT_EQ(s.sessions_active, 0);
   EXPECT_EQ(s.kv_blocks_used, 0);
+  const std::string metrics = e2e::HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(e2e::MetricValue(metrics, "decoded_sessions_active"), 0) << metrics;
+  EXPECT_EQ(e2e::MetricValue(metrics, R"(decoded_sessions_total{outcome="client_gone"})"), 1) << metrics;
   // The server still serves.
   EXPECT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 2)).status, 200);
 }
@@ -470,6 +475,11 @@ TEST_F(OpenAiE2eTest, MetricsAreServedOnTheApiPort) {
     EXPECT_TRUE(absl::StrContains(r.body, absl::StrCat("\n# TYPE ", gauge, " gauge\n"))) << gauge;
   }
   EXPECT_EQ(e2e::MetricValue(r.body, "decoded_generated_tokens_total"), 3) << r.body;
+  EXPECT_EQ(e2e::MetricValue(r.body, R"(decoded_sessions_total{outcome="ok"})"), 1) << r.body;
+  EXPECT_EQ(e2e::MetricValue(r.body, "decoded_sessions_active"), 0) << r.body;
+  // The HTTP server's own counters: the completion and this scrape.
+  EXPECT_EQ(e2e::MetricValue(r.body, "decoded_http_requests_total"), 2) << r.body;
+  EXPECT_EQ(e2e::MetricValue(r.body, "decoded_http_connections_accepted_total"), 2) << r.body;
 }
 
 TEST_F(OpenAiE2eTest, TheBearerTokenGuardsTheCompletions) {
