@@ -100,6 +100,10 @@ class DecoderService final : public DecoderServiceBase {
   std::atomic<bool> draining_{false};
   StreamRegistry streams_;
   PeerSessions peers_;
+
+ public:
+  // Sessions per client address, shared with the HTTP front door.
+  PeerSessions& peers() { return peers_; }
 };
 
 }  // namespace decoded::server

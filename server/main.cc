@@ -167,7 +167,8 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(int, max_sessions, 16,
           "sessions (KV caches) open at once; a stream takes one with its first turn, beyond: RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_sessions_per_peer, 0,
-          "sessions one client address may hold (0: no limit; behind a proxy every client is the proxy)");
+          "sessions one client address may hold, gRPC and HTTP together (0: no limit; behind a proxy every "
+          "client is the proxy)");
 ABSL_FLAG(int, max_streams_per_peer, 256,
           "Generate streams one client address may hold open (0: no limit; raise it behind a busy proxy)");
 ABSL_FLAG(int, max_connections_per_peer, 64,

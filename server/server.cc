@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "server/listener_probe.h"
@@ -173,6 +174,17 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     completions.on_turn_end = [metrics](const serving::TurnEnd& end) { metrics->TurnEnded(end); };
     completions.on_rejected = [metrics] { metrics->AdmissionRejected(); };
     completions.on_session_opened = [metrics] { metrics->SessionOpened(); };
+    if (options.max_sessions_per_peer > 0) {
+      DecoderService* service = server->service_.get();
+      completions.acquire_peer_slot = [service](const std::string& peer) -> absl::StatusOr<std::shared_ptr<void>> {
+        // In gRPC's form ("ipv4:10.0.0.7:51234", "ipv6:[::1]:40000"): an
+        // address's HTTP and gRPC sessions count together.
+        absl::StatusOr<PeerSessions::Slot> slot =
+            service->peers().Acquire(absl::StrCat(absl::StartsWith(peer, "[") ? "ipv6:" : "ipv4:", peer));
+        if (!slot.ok()) return slot.status();
+        return std::make_shared<PeerSessions::Slot>(*std::move(slot));
+      };
+    }
     completions.on_session_closed = [metrics](serving::FinishReason reason) {
       // An HTTP turn is cancelled only when its client went away.
       metrics->SessionClosed(reason == serving::FinishReason::kCancelled  ? SessionOutcome::kClientGone

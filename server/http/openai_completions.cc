@@ -98,8 +98,10 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
  public:
   HttpTurn(const CompletionsOptions* options, std::shared_ptr<InFlight> in_flight,
            std::shared_ptr<HttpExchange> exchange, serving::Engine* engine, serving::SessionId session,
-           OpenAiRequest request, std::string model, std::string echo_text, std::vector<int32_t> prompt_ids)
+           OpenAiRequest request, std::string model, std::string echo_text, std::vector<int32_t> prompt_ids,
+           std::shared_ptr<void> peer_slot)
       : options_(options),
+        peer_slot_(std::move(peer_slot)),
         in_flight_(std::move(in_flight)),
         exchange_(std::move(exchange)),
         engine_(engine),
@@ -365,6 +367,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   }
 
   const CompletionsOptions* const options_;  // outlived: in_flight_ holds the state that owns it
+  const std::shared_ptr<void> peer_slot_;    // the client address's session count, until the session goes
   const std::shared_ptr<InFlight> in_flight_;
   const std::shared_ptr<HttpExchange> exchange_;
   serving::Engine* const engine_;
@@ -465,12 +468,18 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
     if (absl::IsResourceExhausted(s) && options.on_rejected) options.on_rejected();
     exchange->Respond(StatusToOpenAiError(s));
   };
+  std::shared_ptr<void> peer_slot;
+  if (options.acquire_peer_slot) {
+    absl::StatusOr<std::shared_ptr<void>> slot = options.acquire_peer_slot(exchange->request().peer);
+    if (!slot.ok()) return refused(slot.status());
+    peer_slot = *std::move(slot);
+  }
   absl::StatusOr<serving::SessionId> session = engine->OpenSession();
   if (!session.ok()) return refused(session.status());
   // Counted from here, as the gRPC API counts a session from OpenSession.
   if (options.on_session_opened) options.on_session_opened();
   auto sink = std::make_shared<HttpTurn>(&options, std::move(in_flight), exchange, engine, *session, req, model,
-                                         std::move(echo_text), std::move(prompt_ids));
+                                         std::move(echo_text), std::move(prompt_ids), std::move(peer_slot));
   sink->KeepAlive();
   if (absl::Status s = engine->SubmitTurn(*session, req.turn, sink.get()); !s.ok()) {
     sink->Release();

@@ -61,6 +61,10 @@ struct CompletionsOptions {
   std::function<void()> on_rejected;
   std::function<void()> on_session_opened;
   std::function<void(serving::FinishReason)> on_session_closed;
+  // The client address's share of --max_sessions_per_peer (shared with its
+  // gRPC sessions), held until the session closes; an error (429) when the
+  // address holds its limit. `peer` is HttpRequest::peer. Unset: no limit.
+  std::function<absl::StatusOr<std::shared_ptr<void>>(const std::string& peer)> acquire_peer_slot;
 };
 
 // The handler of both routes; `endpoint` picks which.

@@ -340,6 +340,35 @@ TEST_F(OpenAiE2eTest, AFullServerAnswers429) {
   ctx.TryCancel();
 }
 
+// --max_sessions_per_peer counts an address's HTTP and gRPC sessions
+// together: with a gRPC session held, the same address's HTTP request gets
+// 429, and once it is gone, 200.
+TEST_F(OpenAiE2eTest, SessionsPerPeerCountHttpAndGrpcTogether) {
+  ServerOptions so;
+  so.max_sessions_per_peer = 1;
+  Start(so, 4);
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  auto stream = stub_->Generate(ctx.get());
+  v1::GenerateRequest hold = e2e::TokensTurn(kPrompt, 100);
+  hold.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+  ASSERT_TRUE(stream->Write(hold));
+  v1::GenerateResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  const Reply r = Post(port(), "/v1/completions", Completion(kPrompt, 2));
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_NE(r.body.find("127.0.0.1"), std::string::npos) << r.body;  // the peer is named
+  ctx->TryCancel();
+  stream->Finish();
+  stream.reset();
+  ctx.reset();
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  int status = 0;
+  while ((status = Post(port(), "/v1/completions", Completion(kPrompt, 2)).status) == 429 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(status, 200);
+}
+
 TEST_F(OpenAiE2eTest, AClientGoneMidStreamCancelsItsTurnAndFreesItsSession) {
   json req = Completion(kPrompt, 120);
   req["stream"] = true;
