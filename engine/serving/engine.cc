@@ -367,6 +367,19 @@ class EngineImpl final : public Engine {
     return text;
   }
 
+  absl::StatusOr<std::vector<std::string>> DetokenizePieces(absl::Span<const int32_t> ids) const override {
+    // Detokenize checks the ids and the limits (and its text is what the
+    // pieces add up to).
+    absl::StatusOr<std::string> whole = Detokenize(ids, /*render_special=*/false);
+    if (!whole.ok()) return whole.status();
+    IncrementalDetokenizer pieces(&model_->model().tokenizer(), /*render_special=*/false);
+    std::vector<std::string> out;
+    out.reserve(ids.size());
+    for (const int32_t id : ids) out.push_back(pieces.Push(id));
+    if (!out.empty()) out.back() += pieces.Flush();
+    return out;
+  }
+
   const EngineModelInfo& ModelInfo() const override { return info_; }
 
   EngineStats Stats() const override {

@@ -413,6 +413,13 @@ class Engine {
   // INVALID_ARGUMENT on an id outside the vocabulary, more ids than
   // RequestLimits::max_token_ids, or text longer than max_text_bytes.
   virtual absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids, bool render_special) const = 0;
+  // Each id's share of Detokenize(ids, /*render_special=*/false): the text
+  // that became complete with it (IncrementalDetokenizer: "" for a byte of a
+  // UTF-8 sequence that a later id completes; what is still held back at
+  // the end joins the last piece), so the pieces concatenate to that text.
+  // Where each token's text starts (OpenAI's completions text_offset).
+  // Same errors as Detokenize.
+  virtual absl::StatusOr<std::vector<std::string>> DetokenizePieces(absl::Span<const int32_t> ids) const = 0;
   virtual const EngineModelInfo& ModelInfo() const = 0;
   virtual EngineStats Stats() const = 0;
 };

@@ -81,6 +81,14 @@ json Usage(const serving::TurnUsage& u) {
 }
 
 // A token's text alone (special tokens rendered), for log probabilities.
+// Characters (code points) of valid UTF-8: its bytes less continuation
+// bytes. OpenAI's text_offset counts characters of the text.
+size_t CodePoints(absl::string_view utf8) {
+  size_t n = 0;
+  for (const char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
 std::string TokenText(const serving::Engine& engine, int32_t id) {
   absl::StatusOr<std::string> t = engine.Detokenize({id}, /*render_special=*/true);
   return t.ok() ? *std::move(t) : std::string();
@@ -121,6 +129,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   // A streamed reply: its headers, the chat role's first chunk, and a
   // client that goes away cancels the turn.
   void BeginStream() {
+    streamed_chars_ = CodePoints(echo_text_);  // the echoed prompt comes first
     exchange_->StartStream(200, "text/event-stream");
     if (request_.endpoint == OpenAiEndpoint::kChatCompletions) {
       json choice = {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
@@ -280,9 +289,9 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
       lp = {{"tokens", json::array({TokenText(*engine_, e.id)})},
             {"token_logprobs", json::array({e.logprob})},
             {"top_logprobs", json::array({std::move(top)})},
-            {"text_offset", json::array({streamed_bytes_})}};
+            {"text_offset", json::array({streamed_chars_})}};
     }
-    streamed_bytes_ += e.text.size();
+    streamed_chars_ += CodePoints(e.text);
     return CompletionChoice(e.text, std::move(lp), json(nullptr));
   }
 
@@ -334,26 +343,37 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
 
   // Completions (the legacy format): tokens, token_logprobs, top_logprobs
   // (a token -> logprob map per position) and text_offset; with echo the
-  // prompt's tokens first (the first has no logprob: null).
+  // prompt's tokens first (the first has no logprob: null; the prompt's
+  // positions have no alternatives: top_logprobs null).
   json CompletionLogprobs() const {
     json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
          offsets = json::array();
+    // text_offset: where in the reply's text (in characters) each token's
+    // text starts; a byte of a character that a later token completes is at
+    // that character's place. Special tokens render nothing in the text
+    // (their names are in "tokens").
+    std::vector<int32_t> ids;
+    if (request_.echo) ids = prompt_ids_;
+    for (const serving::TokenEvent& e : events_) ids.push_back(e.id);
+    absl::StatusOr<std::vector<std::string>> pieces = engine_->DetokenizePieces(ids);
     size_t offset = 0;
-    // Offsets index the reply's text, where special tokens are not
-    // rendered (their names are, in "tokens").
+    size_t at = 0;
     auto add = [&](int32_t id, json logprob, json top) {
       tokens.push_back(TokenText(*engine_, id));
       token_logprobs.push_back(std::move(logprob));
       top_logprobs.push_back(std::move(top));
       offsets.push_back(offset);
-      absl::StatusOr<std::string> plain = engine_->Detokenize({id}, /*render_special=*/false);
-      offset += plain.ok() ? plain->size() : 0;
+      if (pieces.ok() && at < pieces->size()) offset += CodePoints((*pieces)[at]);
+      ++at;
     };
     if (request_.echo) {
       for (size_t i = 0; i < prompt_ids_.size(); ++i) {
         json lp = i == 0 || i - 1 >= end_.prompt_logprobs.size() ? json(nullptr) : json(end_.prompt_logprobs[i - 1]);
         add(prompt_ids_[i], std::move(lp), json(nullptr));
       }
+      // The reply's text starts with the prompt as sent, which the
+      // generated tokens follow.
+      offset = CodePoints(echo_text_);
     }
     for (const serving::TokenEvent& e : events_) {
       json top = json::object();
@@ -384,7 +404,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   std::shared_ptr<HttpTurn> self_;
   std::chrono::steady_clock::time_point last_token_;
   bool have_last_token_ = false;
-  mutable size_t streamed_bytes_ = 0;  // completions' text_offset when streaming
+  mutable size_t streamed_chars_ = 0;  // completions' text_offset when streaming (after any echo)
   // Streaming: events before StreamAccepted wait here (the turn may run
   // before the stream's headers are queued).
   absl::Mutex mu_;

@@ -261,6 +261,11 @@ absl::Status Parse(const json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) 
   p.top_logprobs = r->top_logprobs;
 
   if (absl::Status s = f.Bool("stream", &r->stream); !s.ok()) return s;
+  if (r->stream && r->echo && r->logprobs) {
+    // The prompt's log probabilities arrive with the turn's end, after the
+    // echo chunk a stream sends first.
+    return Bad("echo", "echo with logprobs needs a whole reply: drop \"stream\" or \"logprobs\"");
+  }
   if (const json* so = f.Get("stream_options"); so != nullptr) {
     if (!r->stream) return Bad("stream_options", "is only allowed with \"stream\": true");
     if (!so->is_object()) return Bad("stream_options", "must be an object");

@@ -13,7 +13,9 @@
 //           (> 0), ignore_eos.
 //   completions  prompt: a string, a list of one string, a list of token ids
 //           or a list of one such list (several prompts: 400); echo;
-//           logprobs 0..20 (alternatives per token); best_of 1 only;
+//           logprobs 0..20 (alternatives per token; with echo, the prompt's
+//           logprobs too, without alternatives, and not when streaming:
+//           400); text_offset counts characters; best_of 1 only;
 //           suffix null only. Default max_tokens 16 (OpenAI's).
 //   chat    messages: system, developer (as system), user and assistant
 //           roles, content a string or a list of {"type": "text"} parts;

@@ -277,6 +277,46 @@ TEST_F(OpenAiE2eTest, EchoWithLogprobsScoresThePrompt) {
   }
 }
 
+// text_offset counts characters of the reply's text (OpenAI's and vLLM's
+// legacy logprobs), not bytes: after "日本" (6 bytes, 2 characters) the
+// token " is" starts at 2, " Japan" at 5; streamed offsets continue after
+// the echo. On the real model's vocabulary (the fixtures' has no CJK).
+TEST_F(OpenAiE2eTest, TextOffsetsCountCharacters) {
+  DECODED_REQUIRE_REAL_MODEL();
+  StartOnTheRealModel();
+  json req = {{"model", kModel}, {"prompt", "日本 is Japan"}, {"max_tokens", 2}, {"temperature", 0},
+              {"echo", true}, {"logprobs", 0}};
+  const Reply r = Post(port(), "/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = json::parse(r.body)["choices"][0];
+  const json& lp = choice["logprobs"];
+  int is = -1, japan = -1;
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    if (lp["tokens"][i] == " is") is = static_cast<int>(i);
+    if (lp["tokens"][i] == " Japan") japan = static_cast<int>(i);
+  }
+  ASSERT_GE(is, 0) << lp.dump();
+  ASSERT_GE(japan, 0) << lp.dump();
+  EXPECT_EQ(lp["text_offset"][is], 2) << lp.dump();
+  EXPECT_EQ(lp["text_offset"][japan], 5) << lp.dump();
+  // The first generated token starts where the echoed prompt ends (11
+  // characters), streamed or not.
+  const size_t first_generated = lp["tokens"].size() - 2;
+  EXPECT_EQ(lp["text_offset"][first_generated], 11) << lp.dump();
+  req["stream"] = true;
+  req["echo"] = false;
+  req["prompt"] = "日本 is";
+  req["logprobs"] = 0;
+  json streamed_offsets = json::array();
+  for (const std::string& e : Events(Post(port(), "/v1/completions", req).body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"];
+    if (!c.empty() && c[0]["logprobs"].is_object()) streamed_offsets.push_back(c[0]["logprobs"]["text_offset"][0]);
+  }
+  ASSERT_FALSE(streamed_offsets.empty());
+  EXPECT_EQ(streamed_offsets[0], 0);
+}
+
 TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
   auto expect = [&](const std::string& path, const std::string& raw_body, int status, const std::string& param) {
     const int fd = Connect(port());

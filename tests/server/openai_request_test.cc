@@ -96,6 +96,11 @@ TEST(OpenAiRequestTest, FieldsTheTesterFoundMisjudged) {
   EXPECT_EQ(Chat(absl::StrCat("{", kChat, R"(, "min_p": 1})"), &param), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(param, "min_p");
   EXPECT_EQ(Chat(absl::StrCat("{", kChat, R"(, "min_p": 0.99})")), absl::StatusCode::kOk);
+  // Streamed, the echo chunk goes before the prompt's logprobs exist.
+  EXPECT_EQ(Completion(R"({"model": "m", "prompt": "x", "echo": true, "logprobs": 1, "stream": true})", &param),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(param, "echo");
+  EXPECT_EQ(Completion(R"({"model": "m", "prompt": "x", "echo": true, "logprobs": 1})"), absl::StatusCode::kOk);
   // A huge max_tokens written as a float: the message gives the range.
   absl::StatusOr<OpenAiRequest> r =
       ParseOpenAiRequest(absl::StrCat("{", kChat, R"(, "max_tokens": 1e23})"), OpenAiEndpoint::kChatCompletions);
