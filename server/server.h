@@ -184,6 +184,9 @@ class DecodedServer {
   // its calls.
   std::unique_ptr<RequestPool> turn_pool_;
   std::unique_ptr<RequestPool> utility_pool_;
+  // The HTTP door's /metrics renders (with --http_listen): apart from the
+  // turn pool, so a flood of unauthenticated scrapes cannot take turn slots.
+  std::unique_ptr<RequestPool> scrape_pool_;
   std::unique_ptr<ResetGuard> resets_;  // TLS connections' resets; null without a limit or TLS
   std::unique_ptr<Http2Guard> guard_;   // plaintext connections' relay; outlives listener_
   std::unique_ptr<DecoderService> service_;

@@ -391,6 +391,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     // framing is unknown (a body read otherwise would be taken for the
     // next request); a coding the server does not decode is 501.
     if (const auto te = req.find(bhttp::field::transfer_encoding); te != req.end()) {
+      if (req.version() < 11) return Refuse(400, "HTTP/1.0 has no transfer codings");
       const std::string codings = absl::AsciiStrToLower(
           absl::StripAsciiWhitespace(absl::string_view(te->value().data(), te->value().size())));
       if (codings != "chunked") {
@@ -461,7 +462,8 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     // The absolute form (a proxy's "http://host/path"): the path is what
     // follows the authority.
     for (absl::string_view scheme : {"http://", "https://"}) {
-      if (absl::ConsumePrefix(&target, scheme)) {
+      if (absl::StartsWithIgnoreCase(target, scheme)) {  // a scheme is case-insensitive
+        target.remove_prefix(scheme.size());
         const size_t slash = target.find_first_of("/?");
         target = slash == absl::string_view::npos ? "/" : target.substr(slash);
         break;

@@ -214,14 +214,19 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
 
  private:
   void Finish() {
+    // The session stops counting against --max_sessions and the address's
+    // share before the client can see its reply end: a client that sends
+    // its next request the moment it has this reply must find room (it got
+    // 429 now and then when the reply went first). The sink lives on until
+    // the engine released the session; `this` is held by Finish's caller.
+    if (options_->on_session_closed) options_->on_session_closed(end_.reason);
+    peer_slot_.reset();
+    engine_->CloseSession(session_, [self = std::move(self_)] {});
     if (request_.stream) {
       FinishStream();
     } else {
       exchange_->Respond(Reply());
     }
-    // The session goes now; this sink lives until the engine released it.
-    if (options_->on_session_closed) options_->on_session_closed(end_.reason);
-    engine_->CloseSession(session_, [self = std::move(self_)] {});
   }
 
   // The stream's last events: the finish reason (with any text the turn
@@ -387,7 +392,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   }
 
   const CompletionsOptions* const options_;  // outlived: in_flight_ holds the state that owns it
-  const std::shared_ptr<void> peer_slot_;    // the client address's session count, until the session goes
+  std::shared_ptr<void> peer_slot_;  // the client address's session count, until the session goes
   const std::shared_ptr<InFlight> in_flight_;
   const std::shared_ptr<HttpExchange> exchange_;
   serving::Engine* const engine_;

@@ -70,7 +70,7 @@ class Routes {
       return std::nullopt;
     }
     if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
-      if (req.method != "GET") return MethodNotAllowed(req, "GET");
+      if (req.method != "GET" && req.method != "HEAD") return MethodNotAllowed(req, "GET, HEAD");
       const ServedModel m = options_.served_model ? options_.served_model() : ServedModel{};
       if (m.id.empty()) {
         const ServingState s = options_.serving_state();

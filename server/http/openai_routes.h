@@ -60,8 +60,9 @@ struct OpenAiRoutesOptions {
   std::shared_ptr<OpenAiCompletions> completions;
   // The body of GET /metrics; unset: 404. It runs through `run` (a scrape
   // serializes some 500 series, about 0.2 ms on a Zen 4 core: kept off the
-  // io thread, which every open stream's chunks pass through); a refused
-  // submit answers 503.
+  // io thread, which every open stream's chunks pass through; the daemon
+  // gives it a pool of its own, not the turn pool); a refused submit
+  // answers 503.
   std::function<std::string()> metrics_text;
   std::function<absl::Status(absl::AnyInvocable<void()>)> run;
   std::string metrics_auth_token;  // non-empty: "Authorization: Bearer <token>" required on /metrics

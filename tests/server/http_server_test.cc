@@ -430,9 +430,12 @@ TEST(HttpServerTest, TransferCodingsOtherThanChunkedAreRefusedAndTheConnectionEn
   // With "identity" the body would be taken for a second request.
   const std::string smuggled = "GET /v1/SMUGGLED HTTP/1.1\r\nHost: x\r\n\r\n";
   for (const auto& [coding, status] : std::vector<std::pair<std::string, int>>{
-           {"identity", 400}, {"chunked, identity", 400}, {"xchunked", 501}, {"gzip, chunked", 501}}) {
+           {"identity", 400}, {"chunked, identity", 400}, {"xchunked", 501}, {"gzip, chunked", 501}, {"chunked", 400}}) {
     Client c(server->port());
-    ASSERT_TRUE(c.Send(absl::StrCat("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ", coding, "\r\n\r\n", smuggled)));
+    // The last case: chunked is fine, but not in HTTP/1.0.
+    const std::string version = coding == "chunked" ? "HTTP/1.0" : "HTTP/1.1";
+    ASSERT_TRUE(c.Send(
+        absl::StrCat("POST / ", version, "\r\nHost: x\r\nTransfer-Encoding: ", coding, "\r\n\r\n", smuggled)));
     EXPECT_EQ(c.ReadResponse().status, status) << coding;
     EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000))) << coding;
     EXPECT_FALSE(absl::StrContains(c.buffer(), "HTTP/1.1")) << coding << ": a second reply";
@@ -462,6 +465,8 @@ TEST(HttpServerTest, HostExpectAndAbsoluteFormTargets) {
   EXPECT_EQ(c.ReadResponse().body, "GET /a/b?q=1  ");
   ASSERT_TRUE(c.Send("GET https://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n"));
   EXPECT_EQ(c.ReadResponse().body, "GET /?  ");
+  ASSERT_TRUE(c.Send("GET HTTP://example.com/up HTTP/1.1\r\nHost: example.com\r\n\r\n"));
+  EXPECT_EQ(c.ReadResponse().body, "GET /up?  ");
 }
 
 TEST(HttpServerTest, HeadGetsTheGetRepliesLengthAndNoBody) {

@@ -142,7 +142,8 @@ TEST(OpenAiRoutesTest, UnknownPathsAndMethods) {
   EXPECT_EQ(r.status, 405);
   ASSERT_EQ(r.headers.size(), 1u);
   EXPECT_EQ(r.headers[0].first, "Allow");
-  EXPECT_EQ(r.headers[0].second, "GET");
+  EXPECT_EQ(r.headers[0].second, "GET, HEAD");
+  EXPECT_EQ(f.Call("HEAD", "/v1/models").status, 200);  // wherever GET works (RFC 9110)
   EXPECT_EQ(f.Call("POST", "/health").status, 405);
 }
 
