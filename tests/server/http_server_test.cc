@@ -178,6 +178,35 @@ class Streaming {
   std::vector<std::thread> writers_;
 };
 
+// A handler that keeps each exchange unanswered (as a turn still running
+// does) for the test to answer, drop or watch; `on_request` runs first.
+class KeptExchange {
+ public:
+  HttpHandler handler(std::function<void(HttpExchange&)> on_request = nullptr) {
+    return [this, on_request](std::shared_ptr<HttpExchange> ex) {
+      if (on_request) on_request(*ex);
+      absl::MutexLock lock(&mu_);
+      kept_ = std::move(ex);
+    };
+  }
+  // The kept exchange once a request arrived (within 5 s), else null; the
+  // caller holds it from then on.
+  std::shared_ptr<HttpExchange> Take() {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (kept_ != nullptr) return std::move(kept_);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::shared_ptr<HttpExchange> kept_;
+};
+
 // A chunked body: "<hex>\r\n<data>\r\n" ... "0\r\n\r\n".
 const char kChunkedOneTwoThree[] = "3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\n0\r\n\r\n";
 
@@ -357,24 +386,15 @@ TEST(HttpServerTest, AnExchangeDroppedWithoutAReplyAnswers500) {
 }
 
 TEST(HttpServerTest, StopWithARequestStillOpenReturnsAndALateReplyIsDropped) {
-  std::shared_ptr<HttpExchange> kept;
-  absl::Mutex mu;
-  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
-    absl::MutexLock lock(&mu);
-    kept = std::move(ex);
-  });
+  KeptExchange keeper;
+  auto server = StartServer(keeper.handler());
   Client c(server->port());
   ASSERT_TRUE(c.Send(Get("/")));
-  auto has_request = [&] {
-    absl::MutexLock lock(&mu);
-    return kept != nullptr;
-  };
-  for (int i = 0; i < 500 && !has_request(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::shared_ptr<HttpExchange> kept = keeper.Take();
   const auto start = std::chrono::steady_clock::now();
   server->Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
-  absl::MutexLock lock(&mu);
   ASSERT_NE(kept, nullptr);
   kept->Respond(HttpResponse{});  // after Stop: dropped, no crash
   kept.reset();
@@ -518,48 +538,32 @@ TEST(HttpServerTest, AStreamCutByTheWriteTimeoutTellsItsClientIsGone) {
 // connection, and its turn is told.
 TEST(HttpServerTest, TooMuchSentWhileAReplyIsPendingEndsTheConnectionAndTheTurn) {
   std::atomic<bool> gone{false};
-  std::shared_ptr<HttpExchange> kept;
-  absl::Mutex mu;
-  auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
-    ex->OnClientGone([&gone] { gone = true; });
-    absl::MutexLock lock(&mu);
-    kept = std::move(ex);
-  });
+  KeptExchange keeper;
+  auto server = StartServer(keeper.handler([&gone](HttpExchange& ex) { ex.OnClientGone([&gone] { gone = true; }); }));
   Client c(server->port());
   ASSERT_TRUE(c.Send(Get("/")));
+  std::shared_ptr<HttpExchange> kept = keeper.Take();
   c.Send(std::string(100 << 10, 'j'));  // may fail once the server closes
   EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(3000)));
   for (int i = 0; i < 300 && !gone; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(gone.load());
-  absl::MutexLock lock(&mu);
-  kept.reset();
 }
 
 // The drain's order: a turn's reply is handed over, then the server stops
 // gracefully; the reply (queued behind the watching read) is still written.
 TEST(HttpServerTest, AReplyGivenBeforeAGracefulStopIsWritten) {
   for (int round = 0; round < 20; ++round) {
-    std::shared_ptr<HttpExchange> kept;
-    absl::Mutex mu;
-    auto server = StartServer([&](std::shared_ptr<HttpExchange> ex) {
-      absl::MutexLock lock(&mu);
-      kept = std::move(ex);
-    });
+    KeptExchange keeper;
+    auto server = StartServer(keeper.handler());
     Client c(server->port());
     ASSERT_TRUE(c.Send(Get("/")));
-    auto has_request = [&] {
-      absl::MutexLock lock(&mu);
-      return kept != nullptr;
-    };
-    for (int i = 0; i < 1000 && !has_request(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     {
-      absl::MutexLock lock(&mu);
+      std::shared_ptr<HttpExchange> kept = keeper.Take();
       ASSERT_NE(kept, nullptr);
       HttpResponse r;
       r.status = 503;
       r.body = "cut by the drain";
       kept->Respond(std::move(r));
-      kept.reset();
     }
     server->Stop(absl::Now() + absl::Seconds(2));
     const Client::Response r = c.ReadResponse();

@@ -112,6 +112,8 @@ std::vector<std::string> Events(const std::string& body) {
   return out;
 }
 
+const std::vector<int32_t> kPrompt = {2, 17, 33, 48, 5};
+
 class OpenAiE2eTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(ServerOptions(), 4); }
@@ -149,6 +151,19 @@ class OpenAiE2eTest : public ::testing::Test {
 
   int port() const { return server_->http_port(); }
 
+  // A gRPC stream whose session holds a slot: a 100-token turn whose first
+  // event has arrived; its client reads nothing more, so the turn parks
+  // after its unconsumed events. Cancel `ctx` to let it go.
+  using GrpcStream = grpc::ClientReaderWriter<v1::GenerateRequest, v1::GenerateResponse>;
+  std::unique_ptr<GrpcStream> HoldAGrpcSession(grpc::ClientContext* ctx) {
+    std::unique_ptr<GrpcStream> stream = stub_->Generate(ctx);
+    v1::GenerateRequest hold = e2e::TokensTurn(kPrompt, 100);
+    hold.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
+    v1::GenerateResponse first;
+    EXPECT_TRUE(stream->Write(hold) && stream->Read(&first));
+    return stream;
+  }
+
   static json Completion(const std::vector<int32_t>& prompt, int max_tokens) {
     return {{"model", kModel}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
             {"ignore_eos", true}};
@@ -157,8 +172,6 @@ class OpenAiE2eTest : public ::testing::Test {
   std::unique_ptr<DecodedServer> server_;
   std::unique_ptr<v1::Decoder::Stub> stub_;
 };
-
-const std::vector<int32_t> kPrompt = {2, 17, 33, 48, 5};
 
 TEST_F(OpenAiE2eTest, ACompletionIsTheSameTurnAsOverGrpc) {
   const e2e::TurnResult grpc = e2e::Solo(*stub_, e2e::TokensTurn(kPrompt, 6));
@@ -363,15 +376,9 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
 
 TEST_F(OpenAiE2eTest, AFullServerAnswers429) {
   Start(ServerOptions(), 1);
-  // A gRPC session holds the only slot (its client reads nothing: the turn
-  // parks after its unconsumed events).
+  // A gRPC session holds the only slot.
   grpc::ClientContext ctx;
-  auto stream = stub_->Generate(&ctx);
-  v1::GenerateRequest hold = e2e::TokensTurn(kPrompt, 100);
-  hold.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
-  ASSERT_TRUE(stream->Write(hold));
-  v1::GenerateResponse first;
-  ASSERT_TRUE(stream->Read(&first));
+  auto stream = HoldAGrpcSession(&ctx);
   const Reply r = Post(port(), "/v1/completions", Completion(kPrompt, 2));
   EXPECT_EQ(r.status, 429) << r.body;
   EXPECT_EQ(e2e::MetricValue(e2e::HttpGet(server_->metrics_port(), "/metrics"), "decoded_admission_rejections_total"),
@@ -388,12 +395,7 @@ TEST_F(OpenAiE2eTest, SessionsPerPeerCountHttpAndGrpcTogether) {
   so.max_sessions_per_peer = 1;
   Start(so, 4);
   auto ctx = std::make_unique<grpc::ClientContext>();
-  auto stream = stub_->Generate(ctx.get());
-  v1::GenerateRequest hold = e2e::TokensTurn(kPrompt, 100);
-  hold.mutable_turn()->mutable_stopping()->set_ignore_eos(true);
-  ASSERT_TRUE(stream->Write(hold));
-  v1::GenerateResponse first;
-  ASSERT_TRUE(stream->Read(&first));
+  auto stream = HoldAGrpcSession(ctx.get());
   const Reply r = Post(port(), "/v1/completions", Completion(kPrompt, 2));
   EXPECT_EQ(r.status, 429) << r.body;
   EXPECT_NE(r.body.find("127.0.0.1"), std::string::npos) << r.body;  // the peer is named
