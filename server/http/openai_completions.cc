@@ -80,7 +80,6 @@ json Usage(const serving::TurnUsage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-// A token's text alone (special tokens rendered), for log probabilities.
 // Characters (code points) of valid UTF-8: its bytes less continuation
 // bytes. OpenAI's text_offset counts characters of the text.
 size_t CodePoints(absl::string_view utf8) {
@@ -89,6 +88,7 @@ size_t CodePoints(absl::string_view utf8) {
   return n;
 }
 
+// A token's text alone (special tokens rendered), for log probabilities.
 std::string TokenText(const serving::Engine& engine, int32_t id) {
   absl::StatusOr<std::string> t = engine.Detokenize({id}, /*render_special=*/true);
   return t.ok() ? *std::move(t) : std::string();
