@@ -105,7 +105,12 @@ int Run() {
       const int32_t capacity = n_prompt + steps + 1;
       std::shared_ptr<KvPool> pool;
       if (const int bt = absl::GetFlag(FLAGS_kv_block_tokens); bt > 0) {
-        auto p = (*model)->NewKvPool(bt, batch * ((capacity + bt - 1) / bt));
+        // A position range takes a block of each layer group (engine/kv_groups.h).
+        auto probe = (*model)->NewKvPool(bt, 1);
+        if (!probe.ok()) return Fail("pool", probe.status());
+        const int32_t groups = (*probe)->groups().n_groups();
+        probe->reset();
+        auto p = (*model)->NewKvPool(bt, batch * groups * ((capacity + bt - 1) / bt));
         if (!p.ok()) return Fail("pool", p.status());
         pool = *std::move(p);
       }

@@ -392,21 +392,40 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   s.k.Reset(k_dim);
   s.v.Reset(v_dim);
   s.acc.Grow(static_cast<size_t>(kItemVectors) * RoundUp16(v_dim));
-  // Items go round-robin over the threads: neighbouring items cost about the
-  // same (a prefill span's later rows attend over more keys).
-  int64_t item = 0;
-  for (int64_t t0 = 0, t1 = 0; t0 < seq; t0 = t1) {
-    t1 = t0 + 1;
-    while (t1 < seq && t1 - t0 < rows && SameCache(kv_rows, kv_row_stride, t0, t1, layer)) ++t1;
-    const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t0, layer);
-    for (int32_t kvh = 0; kvh < n_kv_heads; ++kvh) {
-      for (int32_t h0 = kvh * g.group; h0 < (kvh + 1) * g.group; h0 += heads, ++item) {
-        if (item % nth != ith) continue;
-        const int32_t h1 = std::min(h0 + heads, (kvh + 1) * g.group);
-        RunItem(q, bounds, cache, out, static_cast<int32_t>(t0), static_cast<int32_t>(t1), h0, h1, g, s);
+  // Items in order (rows, then kv heads, then head blocks), each costing
+  // its (vector, key) pairs. Every thread walks the same list twice: once
+  // for the total, once running the items whose cost midpoint falls in its
+  // share. So a thread takes a contiguous run: the items that read one
+  // cache (a decode row's head blocks, a span's rows) mostly land on the
+  // same thread and its second read of the keys and values comes from L2,
+  // where a round-robin deal had every thread stream every session's cache
+  // from memory; and a long span's costlier late rows still spread evenly.
+  auto for_each_item = [&](auto&& fn) {
+    for (int64_t t0 = 0, t1 = 0; t0 < seq; t0 = t1) {
+      t1 = t0 + 1;
+      while (t1 < seq && t1 - t0 < rows && SameCache(kv_rows, kv_row_stride, t0, t1, layer)) ++t1;
+      int64_t keys = 0;
+      for (int64_t t = t0; t < t1; ++t) keys += std::max(0, bounds[2 * t + 1] - bounds[2 * t]);
+      for (int32_t kvh = 0; kvh < n_kv_heads; ++kvh) {
+        for (int32_t h0 = kvh * g.group; h0 < (kvh + 1) * g.group; h0 += heads) {
+          const int32_t h1 = std::min(h0 + heads, (kvh + 1) * g.group);
+          // + 1 per vector: an item with no keys still writes its rows.
+          fn(t0, t1, h0, h1, (keys + (t1 - t0)) * (h1 - h0));
+        }
       }
     }
-  }
+  };
+  int64_t total = 0;
+  for_each_item([&](int64_t, int64_t, int32_t, int32_t, int64_t cost) { total += cost; });
+  int64_t before = 0;
+  for_each_item([&](int64_t t0, int64_t t1, int32_t h0, int32_t h1, int64_t cost) {
+    // The item's midpoint, 2 * before + cost over 2 * total, picks its thread.
+    const int64_t owner = (2 * before + cost) * nth / (2 * total);
+    before += cost;
+    if (owner != ith) return;
+    const KvRowView cache = ReadKvRow(kv_rows, kv_row_stride, t0, layer);
+    RunItem(q, bounds, cache, out, static_cast<int32_t>(t0), static_cast<int32_t>(t1), h0, h1, g, s);
+  });
 }
 
 }  // namespace decoded::cpu::DECODED_ISA_NS
