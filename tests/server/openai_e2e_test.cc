@@ -151,6 +151,19 @@ class OpenAiE2eTest : public ::testing::Test {
 
   int port() const { return server_->http_port(); }
 
+  // Waits (up to `timeout`) until no session is open and no KV block is
+  // held. A session stops counting as active when it closes, but one closed
+  // during its step gives its KV blocks back when that step returns (the
+  // worker releases it then), so both are waited for.
+  void WaitUntilEverySessionIsReleased(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    auto released = [&] {
+      const serving::EngineStats s = server_->engine()->Stats();
+      return s.sessions_active == 0 && s.kv_blocks_used == 0;
+    };
+    while (!released() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  }
+
   // A gRPC stream whose session holds a slot: a 100-token turn whose first
   // event has arrived; its client reads nothing more, so the turn parks
   // after its unconsumed events. Cancel `ctx` to let it go.
@@ -449,8 +462,7 @@ TEST_F(OpenAiE2eTest, AClientGoneMidStreamCancelsItsTurnAndFreesItsSession) {
   // The daemon's gauge counts HTTP sessions (the autoscaler reads it).
   EXPECT_EQ(e2e::MetricValue(e2e::HttpGet(server_->metrics_port(), "/metrics"), "decoded_sessions_active"), 1);
   close(fd);
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (server_->engine()->Stats().sessions_active != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  WaitUntilEverySessionIsReleased(absl::Seconds(5));
   const serving::EngineStats s = server_->engine()->Stats();
   EXPECT_EQ(s.sessions_active, 0);
   EXPECT_EQ(s.kv_blocks_used, 0);
@@ -542,13 +554,12 @@ TEST_F(OpenAiE2eTest, AClientGoneBeforeAWholeReplyCancelsItsTurn) {
   const int fd = Connect(port());
   const std::string raw = Request("/v1/completions", Completion(kPrompt, 400).dump());
   ASSERT_EQ(write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (server_->engine()->Stats().turns_running == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
   ASSERT_EQ(server_->engine()->Stats().sessions_active, 1);
   const absl::Time closed = absl::Now();
   close(fd);
-  deadline = absl::Now() + absl::Seconds(10);
-  while (server_->engine()->Stats().sessions_active != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  WaitUntilEverySessionIsReleased(absl::Seconds(10));
   EXPECT_EQ(server_->engine()->Stats().sessions_active, 0);
   EXPECT_LT(absl::Now() - closed, absl::Seconds(1)) << "the turn ran on after its client left";
   EXPECT_EQ(server_->engine()->Stats().kv_blocks_used, 0);
