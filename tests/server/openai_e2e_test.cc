@@ -485,7 +485,11 @@ TEST_F(OpenAiE2eTest, ADrainEndsAStreamWithAFinalEventAndDone) {
   std::thread client([&] { r = Post(port(), "/v1/completions", req); });
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (server_->engine()->Stats().turns_running == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
-  server_->Drain(absl::Milliseconds(800));
+  // 2 s: the drain ends running turns a fifth of its period before the cut
+  // and leaves half of that for their last step and final events; at 800 ms
+  // (80 ms for the step) a loaded sanitizer build lost the final event. The
+  // 400-token turn still runs past the cut (~5 s in Release on 1 thread).
+  server_->Drain(absl::Seconds(2));
   client.join();
   ASSERT_EQ(r.status, 200);
   const std::vector<std::string> events = Events(r.body);
