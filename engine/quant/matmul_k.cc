@@ -474,18 +474,9 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
                                               i == 0 ? &pf : nullptr);
         }
         pf.Finish();
-        // 1-3 rows left (m = 5, 6, 7, ...: a batched decode step of that many
-        // sessions): a narrower tile over the same packs. Row at a time they
-        // re-decoded every weight block per row: a step of 6 rows measured
-        // slower than one of 8.
-        const uint8_t* xl = xq + i * xq_row_bytes;
-        float* yl = y + i * ldy + r;
-        if (m - i == 3) {
-          DotTileK<kQ6, kTileRows, 3>(packed, nb, xl, xq_row_bytes, yl, ldy, nullptr);
-        } else if (m - i == 2) {
-          DotTileK<kQ6, kTileRows, 2>(packed, nb, xl, xq_row_bytes, yl, ldy, nullptr);
-        } else if (m - i == 1) {
-          DotTileK<kQ6, kTileRows, 1>(packed, nb, xl, xq_row_bytes, yl, ldy, nullptr);
+        for (; i < m; ++i) {
+          const auto* xa = reinterpret_cast<const BlockQ8_K*>(xq + i * xq_row_bytes);
+          for (int j = 0; j < kTileRows; ++j) y[i * ldy + r + j] = Dot(w + (r + j) * w_row_bytes, nb, xa);
         }
       }
     }

@@ -348,10 +348,11 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
     // Pair index b / 2 of activation row i at prepared[i * n_steps + b / 2]
     // (the trailing single block of an odd nb is the last step).
     const int64_t n_steps = (nb + 1) / 2;
+    const int64_t tiled_rows = m - m % kTileActs;
     PreparedAct prepared[kMaxPreparedPairs];
-    const bool use_prepared = m * n_steps <= kMaxPreparedPairs;
+    const bool use_prepared = tiled_rows * n_steps <= kMaxPreparedPairs;
     if (use_prepared) {
-      for (int64_t i = 0; i < m; ++i) {
+      for (int64_t i = 0; i < tiled_rows; ++i) {
         const auto* xa = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
         for (int64_t st = 0; st < n_steps; ++st) prepared[i * n_steps + st] = PrepareAct<P>(xa, 2 * st, 2 * st + 1 == nb);
       }
@@ -361,32 +362,24 @@ void MatMulImpl(DECODED_QUANT_MATMUL_ARGS) {
       // The next tiles' lines, spread over the first activation tile's steps.
       SpreadPrefetch pf(wtile, kTileRows * w_row_bytes, (nb + 1) / 2);
       PackTile<P, kTileRows>(wtile, w_row_bytes, nb, packed);
-      // Activation rows [i, i + kRn) against the packed tile.
-      auto tile = [&]<int kRn>(int64_t i, SpreadPrefetch* tile_pf) {
+      int64_t i = 0;
+      for (; i + kTileActs <= m; i += kTileActs) {
+        SpreadPrefetch* tile_pf = i == 0 ? &pf : nullptr;
         if (use_prepared) {
           const PreparedAct* rows = prepared + i * n_steps;
           auto act = [rows, n_steps](int a, int64_t b, bool) { return rows[a * n_steps + b / 2]; };
-          DotTile<P, kTileRows, kRn>(packed, nb, act, y + i * ldy + r, ldy, tile_pf);
+          DotTile<P, kTileRows, kTileActs>(packed, nb, act, y + i * ldy + r, ldy, tile_pf);
         } else {
-          const BlockQ8_0* xa[kRn];
-          for (int a = 0; a < kRn; ++a) xa[a] = reinterpret_cast<const BlockQ8_0*>(xq + (i + a) * xq_row_bytes);
+          const BlockQ8_0* xa[kTileActs];
+          for (int a = 0; a < kTileActs; ++a) xa[a] = reinterpret_cast<const BlockQ8_0*>(xq + (i + a) * xq_row_bytes);
           auto act = [&xa](int a, int64_t b, bool single) { return PrepareAct<P>(xa[a], b, single); };
-          DotTile<P, kTileRows, kRn>(packed, nb, act, y + i * ldy + r, ldy, tile_pf);
+          DotTile<P, kTileRows, kTileActs>(packed, nb, act, y + i * ldy + r, ldy, tile_pf);
         }
-      };
-      int64_t i = 0;
-      for (; i + kTileActs <= m; i += kTileActs) tile.template operator()<kTileActs>(i, i == 0 ? &pf : nullptr);
+      }
       pf.Finish();
-      // 1-3 rows left (m = 5, 6, 7, ...: a batched decode step of that many
-      // sessions): a narrower tile over the same packs. Row at a time
-      // (DotRow) they re-decoded every weight pair per row: a step of 6 rows
-      // measured slower than one of 8.
-      if (m - i == 3) {
-        tile.template operator()<3>(i, nullptr);
-      } else if (m - i == 2) {
-        tile.template operator()<2>(i, nullptr);
-      } else if (m - i == 1) {
-        tile.template operator()<1>(i, nullptr);
+      for (; i < m; ++i) {
+        const auto* xa = reinterpret_cast<const BlockQ8_0*>(xq + i * xq_row_bytes);
+        for (int j = 0; j < kTileRows; ++j) y[i * ldy + r + j] = DotRow<P>(wtile + j * w_row_bytes, nb, xa);
       }
     }
   }
