@@ -27,10 +27,21 @@
 
 namespace decoded {
 
-// Host-side symbols bound per step (the symbol KV-write offset path).
+// Host-side symbols bound per step (the symbol KV-write offset path, and
+// how many of a held plan's rows the step uses).
 struct SymEnv {
   // The KV row each token row of the step writes (one per row).
   absl::Span<const int32_t> kv_pos;
+  // A held plan has a bucket's rows (engine/runtime.cc BatchBuckets); a step
+  // of fewer fills the rest with padding rows (token 0 at position 0 of a
+  // pad cache) whose results nobody reads. The step's real token rows are the
+  // first `live_rows`, its real output rows (graph rows after a take_rows)
+  // the first `live_outputs`. A backend may skip the rest: the CPU does, so a
+  // padding row costs no matmul (every kernel's row arithmetic is the same
+  // for any row count, so the live rows' bits do not change).
+  static constexpr int32_t kAllRows = -1;
+  int32_t live_rows = kAllRows;
+  int32_t live_outputs = kAllRows;
 };
 
 // A worker's compute resources. Obtained from the backend that runs plans.

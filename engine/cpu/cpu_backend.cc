@@ -150,8 +150,44 @@ class ScratchSlots {
   std::vector<char> busy_;
 };
 
+// Which rows a node's rows are, so a step can skip a held plan's padding
+// rows (SymEnv::live_rows): a token row's (embedding rows and everything
+// computed row by row from them), an output row's (take_rows and after), or
+// neither (every row is computed).
+enum class RowRole : uint8_t { kNone, kToken, kOutput };
+
+std::vector<RowRole> RowRoles(const Graph& graph) {
+  const auto& nodes = graph.nodes();
+  std::vector<RowRole> role(nodes.size(), RowRole::kNone);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    switch (n.op) {
+      case Op::kGetRows: role[i] = RowRole::kToken; continue;
+      case Op::kTakeRows: role[i] = RowRole::kOutput; continue;
+      case Op::kTakeLastRow:
+      case Op::kInput:
+      case Op::kWeight:
+      case Op::kConst: continue;
+      default: break;
+    }
+    // Every other op computes its row r from row r of its activation
+    // sources; sources of two roles (none in today's graphs) keep all rows.
+    RowRole r = RowRole::kNone;
+    bool mixed = false;
+    for (NodeId src : n.src) {
+      const RowRole sr = role[static_cast<size_t>(src)];
+      if (sr == RowRole::kNone) continue;
+      mixed |= r != RowRole::kNone && r != sr;
+      r = sr;
+    }
+    role[i] = mixed ? RowRole::kNone : r;
+  }
+  return role;
+}
+
 struct Step {
   Op op = Op::kConst;
+  RowRole role = RowRole::kNone;  // of the step's output rows (a quantize step: of its input's)
   const Node* node = nullptr;  // a quantize step's is the first matmul reading it
   float* out = nullptr;
   const void* src[5] = {};
@@ -216,6 +252,7 @@ class CpuPlan final : public CompiledPlan {
       last_reader[{n.src[1], quant::ActivationType(w.dtype)}] = i;
     }
     std::map<ConversionKey, int32_t> live_conversions;  // -> scratch slot
+    const std::vector<RowRole> roles = RowRoles(graph_);
     ScratchSlots slots;
     int64_t conversions = 0;
     size_t moe_workspace_bytes = 0;
@@ -224,6 +261,7 @@ class CpuPlan final : public CompiledPlan {
       const Node& n = nodes[static_cast<size_t>(id)];
       Step s;
       s.op = n.op;
+      s.role = roles[static_cast<size_t>(id)];
       s.node = &n;
       if (n.op != Op::kKvWrite) s.out = static_cast<float*>(const_cast<void*>(ptr(id)));
       for (size_t j = 0; j < n.src.size() && j < 5; ++j) s.src[j] = ptr(n.src[j]);
@@ -327,6 +365,7 @@ class CpuPlan final : public CompiledPlan {
       if (fresh) {
         Step q;
         q.quantize = true;
+        q.role = roles[static_cast<size_t>(n.src[1])];
         q.node = &n;
         q.act_weight = w.dtype;
         q.src[0] = ptr(n.src[1]);
@@ -410,10 +449,19 @@ class CpuPlan final : public CompiledPlan {
     }
   }
 
+  // How many of `rows` rows step `s` computes: all but the step's padding
+  // rows (SymEnv::live_rows), which come last.
+  int64_t Live(const Step& s, int64_t rows) const {
+    const int32_t live = s.role == RowRole::kToken    ? env_->live_rows
+                         : s.role == RowRole::kOutput ? env_->live_outputs
+                                                      : SymEnv::kAllRows;
+    return live == SymEnv::kAllRows ? rows : std::min<int64_t>(rows, std::max(live, 0));
+  }
+
   void RunStep(const Step& s, int ith, int nth) {
     if (s.quantize) {
       int64_t b, e;
-      cpu::Share(s.rows, ith, nth, &b, &e);
+      cpu::Share(Live(s, s.rows), ith, nth, &b, &e);
       for (int64_t r = b; r < e; ++r) {
         quant::QuantizeActivationRow(s.act_weight, static_cast<const float*>(s.src[0]) + r * s.k, s.k,
                                      reinterpret_cast<uint8_t*>(s.out) + r * s.xq_row_bytes);
@@ -421,26 +469,29 @@ class CpuPlan final : public CompiledPlan {
       return;
     }
     const Node& n = *s.node;
-    const int64_t count = n.rows * n.cols;
+    // Row-wise ops run on the live rows; n.rows stays the plan's row count
+    // where it locates a row's per-step data (rope tables, mask variants).
+    const int64_t rows = Live(s, n.rows);
+    const int64_t count = rows * n.cols;
     switch (n.op) {
       case Op::kGetRows: {
         const auto* table = static_cast<const uint8_t*>(s.src[0]);
         const auto* ids = static_cast<const int32_t*>(s.src[1]);
         const WeightTensor& w = *graph_.node(n.src[0]).weight;
         int64_t b, e;
-        cpu::Share(n.rows, ith, nth, &b, &e);
+        cpu::Share(rows, ith, nth, &b, &e);
         for (int64_t r = b; r < e; ++r) {
           quant::DequantizeRow(w.type, table + static_cast<size_t>(ids[r]) * w.row_bytes, s.out + r * n.cols, n.cols);
         }
         break;
       }
       case Op::kRmsNorm:
-        cpu::RmsNormRows(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows,
+        cpu::RmsNormRows(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, rows,
                          n.cols, graph_.node(n.src[1]).cols, n.scalar, ith, nth);
         break;
       case Op::kLayerNorm:
         cpu::LayerNormRows(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]),
-                           n.src.size() > 2 ? static_cast<const float*>(s.src[2]) : nullptr, s.out, n.rows, n.cols,
+                           n.src.size() > 2 ? static_cast<const float*>(s.src[2]) : nullptr, s.out, rows, n.cols,
                            graph_.node(n.src[1]).cols, n.scalar, ith, nth);
         break;
       case Op::kMatMul: {
@@ -448,7 +499,7 @@ class CpuPlan final : public CompiledPlan {
         int64_t b, e;
         cpu::Share(w.rows, ith, nth, &b, &e);
         if (b < e) {
-          quant::MatMul(w.dtype, s.src[0], s.w_row_bytes, s.k, s.src[1], s.xq_row_bytes, n.rows, s.out, n.cols, b, e);
+          quant::MatMul(w.dtype, s.src[0], s.w_row_bytes, s.k, s.src[1], s.xq_row_bytes, rows, s.out, n.cols, b, e);
         }
         break;
       }
@@ -468,7 +519,7 @@ class CpuPlan final : public CompiledPlan {
         cpu::SiluMul(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, count, ith, nth);
         break;
       case Op::kAddRow:
-        cpu::AddRow(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows, n.cols,
+        cpu::AddRow(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, rows, n.cols,
                     ith, nth);
         break;
       case Op::kSoftcap:
@@ -486,7 +537,7 @@ class CpuPlan final : public CompiledPlan {
         const auto* x = static_cast<const float*>(s.src[0]);
         const auto* idx = static_cast<const int32_t*>(s.src[1]);
         const int64_t x_rows = graph_.node(n.src[0]).rows;
-        for (int64_t i = ith; i < n.rows; i += nth) {
+        for (int64_t i = ith; i < rows; i += nth) {
           float* dst = s.out + i * n.cols;
           if (idx[i] < 0 || idx[i] >= x_rows) {
             std::fill(dst, dst + n.cols, std::numeric_limits<float>::quiet_NaN());
@@ -504,9 +555,9 @@ class CpuPlan final : public CompiledPlan {
         const float* cos = static_cast<const float*>(s.src[1]) + row0 * half;
         const float* sin = static_cast<const float*>(s.src[2]) + row0 * half;
         if (a.pairing == RopePairing::kAdjacent) {
-          cpu::RopeAdjacent(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, a.rot_dims, ith, nth);
+          cpu::RopeAdjacent(x, cos, sin, s.out, rows, a.n_heads, a.head_dim, a.rot_dims, ith, nth);
         } else {
-          cpu::RopeNeox(x, cos, sin, s.out, n.rows, a.n_heads, a.head_dim, a.rot_dims, ith, nth);
+          cpu::RopeNeox(x, cos, sin, s.out, rows, a.n_heads, a.head_dim, a.rot_dims, ith, nth);
         }
         break;
       }
@@ -520,7 +571,8 @@ class CpuPlan final : public CompiledPlan {
         }
         const auto* x = static_cast<const float*>(s.src[0]);
         const int32_t heads = n.kv_write.n_kv_heads, hd = n.kv_write.head_dim;
-        for (int64_t t = 0; t < s.rows; ++t) {
+        const int64_t written = Live(s, s.rows);
+        for (int64_t t = 0; t < written; ++t) {
           const KvRowView cache = ReadKvRow(s.kv_rows, s.kv_row_stride, t, n.kv_write.layer);
           uint8_t* dst = n.kv_write.is_v ? cache.v : cache.k;
           const int32_t off = offsets[t];
@@ -541,19 +593,19 @@ class CpuPlan final : public CompiledPlan {
         const AttentionAttrs& a = n.attention;
         const auto* bounds = static_cast<const int32_t*>(s.src[1]) + static_cast<int64_t>(a.variant) * n.rows * 2;
         cpu::Attention(static_cast<const float*>(s.src[0]), bounds, s.kv_rows, s.kv_row_stride, a.layer, s.out,
-                       n.rows, a.n_heads, a.n_kv_heads, a.k_dim, a.v_dim, a.v_in_k ? a.k_dim : a.v_dim, a.scale,
+                       rows, a.n_heads, a.n_kv_heads, a.k_dim, a.v_dim, a.v_in_k ? a.k_dim : a.v_dim, a.scale,
                        a.softcap, ith, nth);
         break;
       }
       case Op::kHeadSlice: {
         const HeadSliceAttrs& a = n.head_slice;
-        cpu::HeadSlice(static_cast<const float*>(s.src[0]), s.out, n.rows, a.n_groups, a.width, a.begin, a.count,
+        cpu::HeadSlice(static_cast<const float*>(s.src[0]), s.out, rows, a.n_groups, a.width, a.begin, a.count,
                        ith, nth);
         break;
       }
       case Op::kHeadConcat: {
         const int32_t g = n.n_groups;
-        cpu::HeadConcat(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, n.rows, g,
+        cpu::HeadConcat(static_cast<const float*>(s.src[0]), static_cast<const float*>(s.src[1]), s.out, rows, g,
                         static_cast<int32_t>(graph_.node(n.src[0]).cols / g),
                         static_cast<int32_t>(graph_.node(n.src[1]).cols / g), ith, nth);
         break;
@@ -571,14 +623,17 @@ class CpuPlan final : public CompiledPlan {
           const int64_t end = std::min(e, (g + 1) * per);
           quant::MatMul(w.dtype, static_cast<const uint8_t*>(s.src[0]) + static_cast<size_t>(g * per) * s.w_row_bytes,
                         s.w_row_bytes, s.k, static_cast<const uint8_t*>(s.src[1]) + g * xq_group_bytes,
-                        s.xq_row_bytes, n.rows, s.out + g * per, n.cols, b - g * per, end - g * per);
+                        s.xq_row_bytes, rows, s.out + g * per, n.cols, b - g * per, end - g * per);
           b = end;
         }
         break;
       }
-      case Op::kMoeFfn:
-        cpu::MoeFfn(s.moe, ith, nth, [this] { exec_->Barrier(); });
+      case Op::kMoeFfn: {
+        cpu::MoeFfnArgs args = s.moe;
+        args.rows = rows;
+        cpu::MoeFfn(args, ith, nth, [this] { exec_->Barrier(); });
         break;
+      }
       case Op::kWeight:
       case Op::kInput:
       case Op::kConst:

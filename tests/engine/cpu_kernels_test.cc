@@ -722,6 +722,76 @@ TEST_P(CpuPlanTest, PrefillQuantizationScratchDoesNotGrowWithLayers) {
   EXPECT_EQ(scratch(8), one);
 }
 
+// A held plan's padding rows (past SymEnv::live_rows / live_outputs) are not
+// computed: their output rows keep the previous run's values, and the live
+// rows equal a run of the same plan with every row live.
+TEST_P(CpuPlanTest, PaddingRowsPastTheLiveCountsAreNotComputed) {
+  constexpr int64_t m = 6, n_out = 4, k = 64, vocab = 16;
+  const auto table = MakeWeight("table", DType::kF32, vocab, k, 1), wq = MakeWeight("q", DType::kQ8_0, 32, k, 2),
+             wh = MakeWeight("head", DType::kQ4_K, 8, 256, 3);
+  const auto wup = MakeWeight("up", DType::kQ8_0, 256, 32, 4);
+  // Every node is an output, so no two share arena bytes: a row nobody
+  // computes keeps its bytes.
+  auto build = [&]() {
+    Graph g;
+    const NodeId ids = g.input(DataSlot::kTokenIds, DType::kI32, 1, m, "ids");
+    const NodeId out_rows = g.input(DataSlot::kOutputRows, DType::kI32, 1, n_out, "out_rows");
+    const NodeId embd = g.get_rows(g.weight(table->tensor), ids, "embd");
+    const NodeId q = g.matmul(g.weight(wq->tensor), embd, "q");
+    const NodeId a = g.add(q, q, "a");
+    const NodeId take = g.take_rows(a, out_rows, "take");
+    const NodeId up = g.matmul(g.weight(wup->tensor), take, "up");
+    const NodeId logits = g.matmul(g.weight(wh->tensor), up, "logits");
+    for (NodeId n : {a, logits, embd, q, take, up}) g.mark_output(n);
+    return g;
+  };
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  auto compile = [&]() -> std::unique_ptr<CompiledPlan> {
+    PlanResources res;
+    for (auto [slot, bytes] : {std::pair{DataSlot::kTokenIds, m * 4}, std::pair{DataSlot::kOutputRows, n_out * 4}}) {
+      auto b = CpuBackend().Allocate(static_cast<size_t>(bytes), BufferAccess::kHost);
+      EXPECT_TRUE(b.ok());
+      res.inputs[static_cast<size_t>(slot)] = b->get();
+      buffers.push_back(*std::move(b));
+    }
+    Graph g = build();
+    auto mem = Optimize(g);
+    EXPECT_TRUE(mem.ok());
+    auto plan = CpuBackend().Compile(std::move(g), *std::move(mem), res);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *std::move(plan) : nullptr;
+  };
+  auto bind = [&](size_t plan, std::vector<int32_t> ids, std::vector<int32_t> out_rows) {
+    std::memcpy(buffers[2 * plan]->data(), ids.data(), ids.size() * 4);
+    std::memcpy(buffers[2 * plan + 1]->data(), out_rows.data(), out_rows.size() * 4);
+  };
+  auto copy = [](absl::Span<const float> s) { return std::vector<float>(s.begin(), s.end()); };
+  const std::unique_ptr<CompiledPlan> padded = compile(), full = compile();
+  ASSERT_TRUE(padded && full);
+  CpuExecutor ex(2);
+  bind(0, {1, 2, 3, 4, 5, 6}, {0, 2, 4, 5});
+  ASSERT_TRUE(padded->Run(ex, SymEnv{}).ok());
+  const std::vector<float> a_before = copy(padded->output(0)), logits_before = copy(padded->output(1));
+
+  // 3 live token rows, 2 live outputs (of those rows); the padding rows' ids
+  // and output rows are what a driver fills in (token 0, row 0).
+  bind(0, {9, 3, 14, 0, 0, 0}, {2, 0, 0, 0});
+  bind(1, {9, 3, 14, 0, 0, 0}, {2, 0, 0, 0});
+  ASSERT_TRUE(padded->Run(ex, SymEnv{.kv_pos = {}, .live_rows = 3, .live_outputs = 2}).ok());
+  ASSERT_TRUE(full->Run(ex, SymEnv{}).ok());
+  const std::vector<float> a = copy(padded->output(0)), logits = copy(padded->output(1));
+  const std::vector<float> a_full = copy(full->output(0)), logits_full = copy(full->output(1));
+  ASSERT_EQ(a.size(), static_cast<size_t>(m * 32));
+  ASSERT_EQ(logits.size(), static_cast<size_t>(n_out * 8));
+  const size_t live_a = 3 * 32, live_logits = 2 * 8;
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + live_a, a_full.begin()));
+  EXPECT_TRUE(std::equal(a.begin() + live_a, a.end(), a_before.begin() + live_a));
+  EXPECT_FALSE(std::equal(a.begin() + live_a, a.end(), a_full.begin() + live_a));  // the full run did compute them
+  EXPECT_TRUE(std::equal(logits.begin(), logits.begin() + live_logits, logits_full.begin()));
+  EXPECT_TRUE(std::equal(logits.begin() + live_logits, logits.end(), logits_before.begin() + live_logits));
+  EXPECT_FALSE(std::equal(logits.begin(), logits.begin() + live_logits, logits_before.begin()));
+}
+
 TEST(CpuPlanTest, MatmulOverAnUnsupportedWeightTypeIsRefused) {
   for (const DType type : {DType::kQ2_K, DType::kI32}) {
     WeightTensor w{"w", type, 1, 256, *RowBytes(type, 256), nullptr};
