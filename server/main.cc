@@ -175,7 +175,7 @@ ABSL_FLAG(int, max_connections_per_peer, 64,
           "connections one client address may hold open; more are closed at accept (0: no limit)");
 ABSL_FLAG(int, max_batch, 16,
           "decode sessions a worker steps together in one plan run (continuous batching; 1 = one at a time, <= 64)");
-ABSL_FLAG(int, max_step_tokens, 256,
+ABSL_FLAG(int, max_step_tokens, 512,
           "tokens one step runs: every decoding session's next token plus prefill spans of waiting prompts, in one "
           "plan run (0: each prompt chunk runs alone, through a graph built for it; else > --max_batch, <= 2048)");
 ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");

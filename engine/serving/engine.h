@@ -239,7 +239,7 @@ struct EngineOptions {
   // together, and a decoding session waits at most one such step for its
   // next token. 0: a prefill step is one session's chunk alone, through D1
   // (the behaviour before mixed steps). Else max_batch < it <= kMaxStepTokens.
-  int max_step_tokens = 256;
+  int max_step_tokens = 512;
   // Called on the worker thread after every step (for metrics); must be cheap
   // and thread-safe.
   std::function<void(const StepInfo&)> on_step;

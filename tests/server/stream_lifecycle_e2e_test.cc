@@ -56,6 +56,9 @@ serving::EngineOptions EngineOptionsForTests() {
   // sent before would come from the prefix cache and leave no prefill to
   // cancel (prefix_cache_serving_test covers the cache).
   eo.prefix_cache = false;
+  // A prompt prefills over several steps, so a cancel can land between two
+  // of them (the default budget takes these prompts in one step).
+  eo.max_step_tokens = 64;
   return eo;
 }
 
