@@ -8,6 +8,9 @@
 // --repeats: aggregate decode tok/s (B * steps / time of the steps; a step's
 // time is the BatchDecoder::Decode call, the argmax is outside it) and the
 // per-step latency p50 / p99 (the inter-token latency each session sees).
+// Each B runs the plan the daemon's defaults would give it (--max_batch and
+// --max_step_tokens set the plan buckets: B = 7 runs the 8-row plan, with
+// one padding row); "plan_rows" reports it.
 // Prints one JSON object; bench/run_batch_bench.py compares it with
 // llama.cpp stepping B sequences per llama_decode.
 //
@@ -40,6 +43,10 @@ ABSL_FLAG(int, repeats, 3, "repetitions; the best rate is reported");
 ABSL_FLAG(std::string, device, "cpu", "cpu, vulkan or vulkan:N (as the daemon's --device)");
 ABSL_FLAG(int, kv_block_tokens, 0, "paged KV: positions per block of one pool all sessions share (0: contiguous caches)");
 ABSL_FLAG(std::string, kv_type, "f32", "KV cache element type: f32, f16 or q8_0");
+ABSL_FLAG(int, max_batch, 16,
+          "the decoder's max_batch (the daemon's --max_batch); with --max_step_tokens it sets the plan buckets, so a "
+          "batch runs the plan of as many rows as it does in the daemon (0: each batch size its own top bucket)");
+ABSL_FLAG(int, max_step_tokens, 512, "the decoder's token budget (the daemon's --max_step_tokens)");
 
 namespace decoded {
 namespace {
@@ -92,7 +99,10 @@ int Run() {
 
   std::string results;
   for (int32_t batch : sizes) {
-    auto decoder = (*model)->NewBatchDecoder(batch);
+    const int32_t max_batch = absl::GetFlag(FLAGS_max_batch);
+    auto decoder = max_batch > 0 ? (*model)->NewBatchDecoder(std::max(max_batch, batch),
+                                                             absl::GetFlag(FLAGS_max_step_tokens))
+                                 : (*model)->NewBatchDecoder(batch);
     if (!decoder.ok()) return Fail("decoder", decoder.status());
     double best_rate = 0;
     std::vector<double> step_ms;

@@ -450,12 +450,24 @@ class CpuPlan final : public CompiledPlan {
   }
 
   // How many of `rows` rows step `s` computes: all but the step's padding
-  // rows (SymEnv::live_rows), which come last.
+  // rows (SymEnv::live_rows), which come last; except that 2 or 3 rows past
+  // the quantized matmuls' 4-row activation tiles (kTileActs in
+  // engine/quant/matmul_*.cc) are rounded up to a whole tile where the plan
+  // has the padding rows: those kernels take such a tail one row at a time,
+  // re-decoding the weights per row, and a whole tile costs less (batched
+  // decode, Gemma 3, 2 threads: 7 live rows of the 8-row plan 0.80x the
+  // padded plan's rate, 1.02x with the round-up; docs/benchmarks.md). The
+  // padding rows are valid rows (token 0 at position 0 of the pad cache), and
+  // a row's bits do not depend on the rows beside it.
   int64_t Live(const Step& s, int64_t rows) const {
     const int32_t live = s.role == RowRole::kToken    ? env_->live_rows
                          : s.role == RowRole::kOutput ? env_->live_outputs
                                                       : SymEnv::kAllRows;
-    return live == SymEnv::kAllRows ? rows : std::min<int64_t>(rows, std::max(live, 0));
+    if (live == SymEnv::kAllRows) return rows;
+    constexpr int64_t kTile = 4;
+    int64_t n = std::max(live, 0);
+    if (n >= kTile && n % kTile >= 2) n = (n + kTile - 1) / kTile * kTile;
+    return std::min(rows, n);
   }
 
   void RunStep(const Step& s, int ith, int nth) {
