@@ -313,7 +313,7 @@ absl::StatusOr<absl::Span<const float>> RunHeld(absl::Span<const DecodeRow> rows
                                                 Executor& executor, int32_t vocab) {
   const size_t outputs = OutputCount(rows, session.rows(), session.outputs());
   session.env.live_rows = static_cast<int32_t>(rows.size());
-  session.env.live_outputs = static_cast<int32_t>(session.outputs() < session.rows() ? outputs : rows.size());
+  session.env.live_outputs = static_cast<int32_t>(outputs);
   if (auto s = session.plan->Run(executor, session.env); !s.ok()) return s;
   for (const DecodeRow& r : rows) r.kv->Commit(1);
   return session.plan->output(0).subspan(0, outputs * static_cast<size_t>(vocab));

@@ -451,8 +451,8 @@ class CpuPlan final : public CompiledPlan {
 
   // How many of `rows` rows step `s` computes: all but the step's padding
   // rows (SymEnv::live_rows), which come last; except that 2 or 3 rows past
-  // the quantized matmuls' 4-row activation tiles (kTileActs in
-  // engine/quant/matmul_*.cc) are rounded up to a whole tile where the plan
+  // the quantized matmuls' 4-row activation tiles
+  // (quant::kMatMulActivationTile) are rounded up to a whole tile where the plan
   // has the padding rows: those kernels take such a tail one row at a time,
   // re-decoding the weights per row, and a whole tile costs less (batched
   // decode, Gemma 3, 2 threads: 7 live rows of the 8-row plan 0.80x the
@@ -464,7 +464,7 @@ class CpuPlan final : public CompiledPlan {
                          : s.role == RowRole::kOutput ? env_->live_outputs
                                                       : SymEnv::kAllRows;
     if (live == SymEnv::kAllRows) return rows;
-    constexpr int64_t kTile = 4;
+    constexpr int64_t kTile = quant::kMatMulActivationTile;
     int64_t n = std::max(live, 0);
     if (n >= kTile && n % kTile >= 2) n = (n + kTile - 1) / kTile * kTile;
     return std::min(rows, n);

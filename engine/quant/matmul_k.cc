@@ -17,6 +17,7 @@
 #include "engine/quant/blocks.h"
 #include "engine/quant/kernels.h"
 #include "engine/quant/prefetch.h"
+#include "engine/quant/quant.h"
 #include "engine/quant/x86.h"
 
 namespace decoded::quant::internal::DECODED_ISA_NS {
@@ -452,7 +453,7 @@ using PackFn = void (*)(const uint8_t*, int64_t, PackedK*);
 // from L2; rows up to kMaxPackedK elements (stack-resident pack, no
 // allocation per call).
 constexpr int kTileRows = 2;
-constexpr int kTileActs = 4;
+constexpr int kTileActs = kMatMulActivationTile;
 constexpr int64_t kMaxPackedK = 8192;
 
 // Multi / Multi3 / Multi2: the multi-row dot for kRowBatch / 3 / 2 rows.

@@ -26,6 +26,7 @@
 #include "engine/quant/blocks.h"
 #include "engine/quant/kernels.h"
 #include "engine/quant/prefetch.h"
+#include "engine/quant/quant.h"
 #include "engine/quant/x86.h"
 
 namespace decoded::quant::internal::DECODED_ISA_NS {
@@ -330,7 +331,7 @@ void DotTile(const PackedPair* packed, int64_t nb, ActFn act, float* y, int64_t 
 // elements take the tiled path (the pack lives on the stack: no allocation
 // per call, which batched decode steps rely on).
 constexpr int kTileRows = 4;
-constexpr int kTileActs = 4;
+constexpr int kTileActs = kMatMulActivationTile;
 constexpr int64_t kMaxPackedK = 8192;
 // Batched decode steps (m of a few to 64 rows, k of a small model) prepare
 // every activation pair once per call instead of once per weight tile, which

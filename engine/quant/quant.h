@@ -42,6 +42,12 @@ size_t ActivationRowBytes(DType weight_type, int64_t k);
 // bsums of 16); F32 is a copy. Precondition: k is a multiple of the block size.
 void QuantizeActivationRow(DType weight_type, const float* x, int64_t k, void* out);
 
+// Activation rows per tile of the tiled quantized matmuls (prefill and
+// batched steps): m - m % kMatMulActivationTile rows go in tiles that decode
+// each weight block once for all of them; the rest one row at a time. A row's
+// result is the same bits either way.
+inline constexpr int kMatMulActivationTile = 4;
+
 // y[i * ldy + r] = dot(W row r, activation row i) for r in [r0, r1), i in [0, m).
 // `xq` holds m converted activation rows, `xq_row_bytes` apart. Rows of any
 // alignment; k a multiple of the block size. An unsupported weight type
