@@ -7,7 +7,11 @@
 // one rescale of the running sums, 16 exponentials in one vector, then the
 // weighted values. A work item is a few query vectors of one kv head (GQA's
 // heads that share it, and consecutive rows of one cache: a prefill span), so
-// each key and value tile is decoded once and read from L1 by all of them.
+// each key and value tile is read from memory once and from L1 by all of
+// them; inside the item, up to four vectors with the same key range in a
+// tile share each load into registers (register blocking: one vector alone
+// does a load per FMA, and a core that loads one 512-bit vector per cycle
+// then runs at half its FMA rate on 256-wide heads).
 //
 // Exactness: a query vector's arithmetic depends only on its own q row and
 // key range, never on the item it shares (tiles sit at absolute positions,
@@ -37,9 +41,6 @@ using simd::F32x16;
 
 constexpr int32_t kTile = 16;        // keys per tile (the lanes of F32x16)
 constexpr int32_t kItemVectors = 16;  // most query vectors (row, head) in one work item
-// Items of at least this many vectors decode each K and V tile once into f32;
-// smaller ones read f32 / f16 rows straight from the cache.
-constexpr int32_t kDecodeOnceVectors = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int32_t RoundUp16(int32_t n) { return (n + 15) / 16 * 16; }
@@ -157,85 +158,133 @@ struct QueryState {
   float m = kNegInf, l = 0.0f;
 };
 
-// q . k for the 16 keys of a tile into lane j: per key, 16 partial sums
-// (lane l of the width takes elements l, l + 16, ...: one FMA chain), then
-// ReduceSum16's tree. Rows are `chunks` x 16 wide; q's last chunk holds
-// k_dim - 16 (chunks - 1) elements (the rows are zero past k_dim). KC > 0
-// fixes chunks at compile time, so q's chunks stay in registers.
-template <int KC, typename E>
-F32x16 TileScores(const float* q, TileRows<E> rows, int32_t chunks, int32_t k_dim) {
+// The largest group of query vectors (of one item, with the same key range
+// in a tile) that share each key and value load.
+constexpr int kMaxGroup = 4;
+
+// q . k for the 16 keys of a tile into lane j, for each of NV query vectors
+// q[v]: per key, 16 partial sums (lane l of the width takes elements l,
+// l + 16, ...: one FMA chain over the chunks in order), then ReduceSum16's
+// tree. Rows are `chunks` x 16 wide; q's last chunk holds k_dim - 16
+// (chunks - 1) elements (the rows are zero past k_dim). KC > 0 fixes chunks
+// at compile time, so q's chunks stay in registers.
+//
+// Each key chunk is loaded once for the NV vectors (register blocking: a
+// lone vector does one load per FMA, which is what bounds it on a core
+// that loads one 512-bit vector per cycle); a vector's own arithmetic is
+// the same for any NV, so its bytes do not depend on the group it is in.
+template <int NV, int KC, typename E>
+void TileScores(const float* const* q, TileRows<E> rows, int32_t chunks, int32_t k_dim, F32x16* scores) {
   if constexpr (KC > 0) chunks = KC;
-  F32x16 qv[KC > 0 ? KC : 1];
-  if constexpr (KC > 0) {
-    for (int32_t c = 0; c < KC; ++c) qv[c] = simd::Load(q + 16 * c);
-  }
-  F32x16 acc[kTile];
-  // Four keys at a time: four independent FMA chains in flight (one key's
-  // chain alone waits out the FMA latency at every chunk).
-  for (int32_t jj = 0; jj < kTile; jj += 4) {
-    const E* r0 = rows.row(jj);
-    const E* r1 = rows.row(jj + 1);
-    const E* r2 = rows.row(jj + 2);
-    const E* r3 = rows.row(jj + 3);
-    F32x16 a0 = simd::Set1(0.0f), a1 = a0, a2 = a0, a3 = a0;
-    for (int32_t c = 0; c < chunks; ++c) {
-      F32x16 qc;
-      if constexpr (KC > 0) {
-        qc = qv[c];
-      } else {
-        qc = 16 * c + 16 <= k_dim ? simd::Load(q + 16 * c) : simd::LoadFirst(q + 16 * c, k_dim - 16 * c);
-      }
-      a0 = simd::Fma(qc, LoadRow(r0 + 16 * c), a0);
-      a1 = simd::Fma(qc, LoadRow(r1 + 16 * c), a1);
-      a2 = simd::Fma(qc, LoadRow(r2 + 16 * c), a2);
-      a3 = simd::Fma(qc, LoadRow(r3 + 16 * c), a3);
+  // q in registers while they hold it with the accumulators: KC x NV of q
+  // and NV x keys-per-step of sums. Otherwise q is read from L1 per chunk.
+  constexpr bool kQInRegs = KC > 0 && KC * NV <= 16;
+  // Keys per step: enough independent FMA chains (NV x keys) to cover the
+  // FMA latency, few enough to stay in registers.
+  constexpr int kKeys = NV >= 3 && kQInRegs ? 2 : 4;
+  F32x16 qv[kQInRegs ? NV : 1][kQInRegs ? KC : 1];
+  if constexpr (kQInRegs) {
+    for (int v = 0; v < NV; ++v) {
+      for (int32_t c = 0; c < KC; ++c) qv[v][c] = simd::Load(q[v] + 16 * c);
     }
-    acc[jj] = a0;
-    acc[jj + 1] = a1;
-    acc[jj + 2] = a2;
-    acc[jj + 3] = a3;
   }
-  return simd::ReduceSum16(acc);
+  F32x16 acc[NV][kTile];
+  for (int32_t jj = 0; jj < kTile; jj += kKeys) {
+    F32x16 a[NV][kKeys];
+    for (int v = 0; v < NV; ++v) {
+      for (int k = 0; k < kKeys; ++k) a[v][k] = simd::Set1(0.0f);
+    }
+    for (int32_t c = 0; c < chunks; ++c) {
+      F32x16 qc[NV];
+      for (int v = 0; v < NV; ++v) {
+        if constexpr (kQInRegs) {
+          qc[v] = qv[v][c];
+        } else {
+          qc[v] = 16 * c + 16 <= k_dim ? simd::Load(q[v] + 16 * c) : simd::LoadFirst(q[v] + 16 * c, k_dim - 16 * c);
+        }
+      }
+      for (int k = 0; k < kKeys; ++k) {
+        const F32x16 kr = LoadRow(rows.row(jj + k) + 16 * c);
+        for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(qc[v], kr, a[v][k]);
+      }
+    }
+    for (int v = 0; v < NV; ++v) {
+      for (int k = 0; k < kKeys; ++k) acc[v][jj + k] = a[v][k];
+    }
+  }
+  for (int v = 0; v < NV; ++v) scores[v] = simd::ReduceSum16(acc[v]);
 }
 
-template <typename E>
-F32x16 TileScoresAnyWidth(const float* q, TileRows<E> rows, int32_t chunks, int32_t k_dim) {
+template <int NV, typename E>
+void TileScoresAnyWidth(const float* const* q, TileRows<E> rows, int32_t chunks, int32_t k_dim, F32x16* scores) {
   if (k_dim == 16 * chunks) {  // the common head sizes: q in registers
-    if (chunks == 4) return TileScores<4>(q, rows, chunks, k_dim);
-    if (chunks == 8) return TileScores<8>(q, rows, chunks, k_dim);
+    if (chunks == 4) return TileScores<NV, 4>(q, rows, chunks, k_dim, scores);
+    if (chunks == 8) return TileScores<NV, 8>(q, rows, chunks, k_dim, scores);
   }
-  return TileScores<0>(q, rows, chunks, k_dim);
+  TileScores<NV, 0>(q, rows, chunks, k_dim, scores);
 }
 
-// acc[0, 16 chunks) = acc * corr + sum over keys [a, b) of p[jj] * v[jj], in
-// key order per element; four chunks at a time (independent chains).
 template <typename E>
-void AccumulateValues(float* acc, float corr, const float* p, int32_t a, int32_t b, TileRows<E> rows,
-                      int32_t chunks) {
-  const F32x16 c = simd::Set1(corr);
+void GroupScores(int nv, const float* const* q, TileRows<E> rows, int32_t chunks, int32_t k_dim, F32x16* scores) {
+  switch (nv) {
+    case 1: return TileScoresAnyWidth<1>(q, rows, chunks, k_dim, scores);
+    case 2: return TileScoresAnyWidth<2>(q, rows, chunks, k_dim, scores);
+    case 3: return TileScoresAnyWidth<3>(q, rows, chunks, k_dim, scores);
+    default: return TileScoresAnyWidth<4>(q, rows, chunks, k_dim, scores);
+  }
+}
+
+// For each of NV vectors: acc[v][0, 16 chunks) = acc[v] * corr[v] + sum over
+// keys [a, b) of p[v][jj] * v[jj], in key order per element; four chunks at
+// a time (independent chains), each value chunk loaded once for the NV.
+template <int NV, typename E>
+void AccumulateValues(float* const* acc, const float* corr, const float (*p)[kTile], int32_t a, int32_t b,
+                      TileRows<E> rows, int32_t chunks) {
   // acc * 1 is acc: the multiply is skipped then, bits unchanged.
-  auto scaled = [&](const float* x) { return corr == 1.0f ? simd::Load(x) : simd::Mul(simd::Load(x), c); };
+  auto scaled = [&](int v, const float* x) {
+    return corr[v] == 1.0f ? simd::Load(x) : simd::Mul(simd::Load(x), simd::Set1(corr[v]));
+  };
   int32_t d = 0;
   const int32_t padded = 16 * chunks;
   for (; d + 64 <= padded; d += 64) {
-    F32x16 a0 = scaled(acc + d), a1 = scaled(acc + d + 16), a2 = scaled(acc + d + 32), a3 = scaled(acc + d + 48);
-    for (int32_t jj = a; jj < b; ++jj) {
-      const F32x16 pj = simd::Set1(p[jj]);
-      const E* vj = rows.row(jj) + d;
-      a0 = simd::Fma(pj, LoadRow(vj), a0);
-      a1 = simd::Fma(pj, LoadRow(vj + 16), a1);
-      a2 = simd::Fma(pj, LoadRow(vj + 32), a2);
-      a3 = simd::Fma(pj, LoadRow(vj + 48), a3);
+    F32x16 s[NV][4];
+    for (int v = 0; v < NV; ++v) {
+      for (int i = 0; i < 4; ++i) s[v][i] = scaled(v, acc[v] + d + 16 * i);
     }
-    simd::Store(acc + d, a0);
-    simd::Store(acc + d + 16, a1);
-    simd::Store(acc + d + 32, a2);
-    simd::Store(acc + d + 48, a3);
+    for (int32_t jj = a; jj < b; ++jj) {
+      const E* vj = rows.row(jj) + d;
+      const F32x16 r0 = LoadRow(vj), r1 = LoadRow(vj + 16), r2 = LoadRow(vj + 32), r3 = LoadRow(vj + 48);
+      for (int v = 0; v < NV; ++v) {
+        const F32x16 pj = simd::Set1(p[v][jj]);
+        s[v][0] = simd::Fma(pj, r0, s[v][0]);
+        s[v][1] = simd::Fma(pj, r1, s[v][1]);
+        s[v][2] = simd::Fma(pj, r2, s[v][2]);
+        s[v][3] = simd::Fma(pj, r3, s[v][3]);
+      }
+    }
+    for (int v = 0; v < NV; ++v) {
+      for (int i = 0; i < 4; ++i) simd::Store(acc[v] + d + 16 * i, s[v][i]);
+    }
   }
   for (; d < padded; d += 16) {
-    F32x16 a0 = scaled(acc + d);
-    for (int32_t jj = a; jj < b; ++jj) a0 = simd::Fma(simd::Set1(p[jj]), LoadRow(rows.row(jj) + d), a0);
-    simd::Store(acc + d, a0);
+    F32x16 s[NV];
+    for (int v = 0; v < NV; ++v) s[v] = scaled(v, acc[v] + d);
+    for (int32_t jj = a; jj < b; ++jj) {
+      const F32x16 r = LoadRow(rows.row(jj) + d);
+      for (int v = 0; v < NV; ++v) s[v] = simd::Fma(simd::Set1(p[v][jj]), r, s[v]);
+    }
+    for (int v = 0; v < NV; ++v) simd::Store(acc[v] + d, s[v]);
+  }
+}
+
+template <typename E>
+void GroupValues(int nv, float* const* acc, const float* corr, const float (*p)[kTile], int32_t a, int32_t b,
+                 TileRows<E> rows, int32_t chunks) {
+  switch (nv) {
+    case 1: return AccumulateValues<1>(acc, corr, p, a, b, rows, chunks);
+    case 2: return AccumulateValues<2>(acc, corr, p, a, b, rows, chunks);
+    case 3: return AccumulateValues<3>(acc, corr, p, a, b, rows, chunks);
+    default: return AccumulateValues<4>(acc, corr, p, a, b, rows, chunks);
   }
 }
 
@@ -271,13 +320,14 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
   const int64_t k_rb = KvRowBytes(type, g.k_dim), v_rb = KvRowBytes(type, g.v_stride);
   const int32_t bt = cache.block_tokens;
   const int32_t k_chunks = RoundUp16(g.k_dim) / 16, v_chunks = v_padded / 16;
-  // Rows are read straight from the cache where that is cheaper than a
-  // decoded copy: f32 or f16 rows of whole chunks, for items of few vectors
-  // (a decode step's); an item of many (a prefill span's) decodes each tile
-  // once. Either way the values are the same.
-  const bool direct_ok = (type == DType::kF32 || type == DType::kF16) && g.k_dim % 16 == 0 && g.v_dim % 16 == 0 &&
-                         n < kDecodeOnceVectors;
-  float p[kTile];
+  // f32 or f16 rows of whole chunks are read straight from the cache (f16
+  // widened in the load, once per group of vectors: measured faster than
+  // decoding each tile into an f32 copy once per item, even for items of 16
+  // vectors); other types and widths, and tiles that span blocks or that no
+  // vector reads whole, are decoded into a copy first. Either way the values
+  // are the same.
+  const bool direct_ok = (type == DType::kF32 || type == DType::kF16) && g.k_dim % 16 == 0 && g.v_dim % 16 == 0;
+  float p[kMaxGroup][kTile];
   for (int32_t base = lo_all / kTile * kTile; base < hi_all; base += kTile) {
     // The positions of this tile some vector reads.
     int32_t need_lo = base + kTile, need_hi = base;
@@ -318,33 +368,58 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
       vf = s.v.rows();
     }
     const bool half = direct && type == DType::kF16;
-    for (int32_t i = 0; i < n; ++i) {
-      QueryState& v = st[i];
-      const int32_t a = std::max(v.lo, base) - base, b = std::min(v.hi, base + kTile) - base;
-      if (a >= b) continue;
-      F32x16 sc = half ? TileScoresAnyWidth(v.q, kh, k_chunks, g.k_dim) : TileScoresAnyWidth(v.q, kf, k_chunks, g.k_dim);
-      sc = simd::Mul(sc, simd::Set1(g.scale));
-      if (g.softcap > 0.0f) {
-        float lanes[kTile];
-        simd::Store(lanes, sc);
-        for (float& x : lanes) x = g.softcap * std::tanh(x / g.softcap);
-        sc = simd::Load(lanes);
+    // Runs of up to kMaxGroup consecutive vectors with the same key range in
+    // this tile (a row's GQA heads; whole rows where the tile is below all
+    // of them) share each key and value load.
+    for (int32_t i = 0, i_end = 0; i < n; i = i_end) {
+      const int32_t a = std::max(st[i].lo, base) - base, b = std::min(st[i].hi, base + kTile) - base;
+      i_end = i + 1;
+      while (i_end < n && i_end - i < kMaxGroup && std::max(st[i_end].lo, base) - base == a &&
+             std::min(st[i_end].hi, base + kTile) - base == b) {
+        ++i_end;
       }
-      sc = simd::KeepLanes(sc, a, b, kNegInf);
-      const float m_new = std::max(v.m, simd::ReduceMax(sc));
-      if (m_new == kNegInf) continue;  // every score -inf: nothing to add
-      // The running sums' rescale (0 on the first tile: m = -inf; exactly 1,
-      // and skipped, while the maximum stays) and the tile's weights, each
-      // through the same vector exp.
-      const float corr = m_new == v.m ? 1.0f : simd::Lane0(simd::ExpNonPositive(simd::Set1(v.m - m_new)));
-      const F32x16 w = simd::ExpNonPositive(simd::Sub(sc, simd::Set1(m_new)));
-      simd::Store(p, w);
-      v.l = ScalarFma(v.l, corr, simd::ReduceSum(w));
-      v.m = m_new;
+      if (a >= b) continue;
+      const int nv = i_end - i;
+      const float* qs[kMaxGroup];
+      for (int j = 0; j < nv; ++j) qs[j] = st[i + j].q;
+      F32x16 sc[kMaxGroup];
       if (half) {
-        AccumulateValues(v.acc, corr, p, a, b, vh, v_chunks);
+        GroupScores(nv, qs, kh, k_chunks, g.k_dim, sc);
       } else {
-        AccumulateValues(v.acc, corr, p, a, b, vf, v_chunks);
+        GroupScores(nv, qs, kf, k_chunks, g.k_dim, sc);
+      }
+      // The online softmax, per vector; the vectors with any finite score
+      // go on to the values.
+      float* accs[kMaxGroup];
+      float corr[kMaxGroup];
+      int live = 0;
+      for (int j = 0; j < nv; ++j) {
+        QueryState& v = st[i + j];
+        F32x16 x = simd::Mul(sc[j], simd::Set1(g.scale));
+        if (g.softcap > 0.0f) {
+          float lanes[kTile];
+          simd::Store(lanes, x);
+          for (float& y : lanes) y = g.softcap * std::tanh(y / g.softcap);
+          x = simd::Load(lanes);
+        }
+        x = simd::KeepLanes(x, a, b, kNegInf);
+        const float m_new = std::max(v.m, simd::ReduceMax(x));
+        if (m_new == kNegInf) continue;  // every score -inf: nothing to add
+        // The running sums' rescale (0 on the first tile: m = -inf; exactly
+        // 1, and skipped, while the maximum stays) and the tile's weights,
+        // each through the same vector exp.
+        corr[live] = m_new == v.m ? 1.0f : simd::Lane0(simd::ExpNonPositive(simd::Set1(v.m - m_new)));
+        const F32x16 w = simd::ExpNonPositive(simd::Sub(x, simd::Set1(m_new)));
+        simd::Store(p[live], w);
+        v.l = ScalarFma(v.l, corr[live], simd::ReduceSum(w));
+        v.m = m_new;
+        accs[live++] = v.acc;
+      }
+      if (live == 0) continue;
+      if (half) {
+        GroupValues(live, accs, corr, p, a, b, vh, v_chunks);
+      } else {
+        GroupValues(live, accs, corr, p, a, b, vf, v_chunks);
       }
     }
   }

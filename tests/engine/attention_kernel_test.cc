@@ -9,7 +9,8 @@
 //   - the property the serving tests rest on: a query row's output depends
 //     only on its q row and key range, so the same row computed in another
 //     step (alone, in another order, among other caches' rows, with another
-//     thread count, from a cache with other block sizes) has the same bytes;
+//     thread count, from a cache with other block sizes, in another group
+//     of vectors sharing loads) has the same bytes;
 //   - the avx2 and avx512vnni tiers give the same bytes.
 #include <algorithm>
 #include <cmath>
@@ -289,6 +290,11 @@ TEST_P(AttentionKernelTest, ARowDependsOnlyOnItsQueryAndKeyRange) {
       ExpectRowsIndependentOfTheirStep({9, 3, 64, 64}, type, window);
       ExpectRowsIndependentOfTheirStep({4, 1, 256, 256}, type, window);
       ExpectRowsIndependentOfTheirStep({6, 2, 40, 24}, type, window);
+      // Groups of vectors that share loads: 7 heads per kv head (a run of 4
+      // and one of 3 in a row alone), and one head per kv head (a group is
+      // then rows of a span, and a row alone is a group of one).
+      ExpectRowsIndependentOfTheirStep({14, 2, 64, 64}, type, window);
+      ExpectRowsIndependentOfTheirStep({8, 8, 80, 80}, type, window);
     }
   }
 }
