@@ -45,12 +45,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int32_t RoundUp16(int32_t n) { return (n + 15) / 16 * 16; }
 
-// a * b + c as simd16.h's Fma (fused on the FMA tiers whatever the -O level:
-// plain a * b + c would be contracted at -O2 and not at -O1).
-inline float ScalarFma(float a, float b, float c) {
-  return simd::Lane0(simd::Fma(simd::Set1(a), simd::Set1(b), simd::Set1(c)));
-}
-
 // The first n elements of a KV row of `type` as f32 into buf (exact: f16 ->
 // f32 is exact; q8_0 is d * q per element, ggml's dequantize_row_q8_0).
 void DecodeKvRow(DType type, const uint8_t* row, int32_t n, float* buf) {
@@ -155,7 +149,11 @@ struct QueryState {
   float* out = nullptr;
   float* acc = nullptr;  // padded v_dim
   int32_t lo = 0, hi = 0;
-  float m = kNegInf, l = 0.0f;
+  float m = kNegInf;
+  // The softmax denominator, lane j summing the weights of keys at
+  // positions = j (mod 16); summed across lanes once, at the end (a
+  // horizontal sum per tile was a tenth of a 64-wide head's time).
+  F32x16 l;
 };
 
 // The largest group of query vectors (of one item, with the same key range
@@ -308,6 +306,7 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
       v.out = out + (int64_t{t} * g.n_heads + h) * g.v_dim;
       v.acc = s.acc.data() + static_cast<size_t>(n) * v_padded;
       std::fill(v.acc, v.acc + v_padded, 0.0f);
+      v.l = simd::Set1(0.0f);
       v.lo = bounds[2 * t];
       v.hi = bounds[2 * t + 1];
       if (v.lo < v.hi) {
@@ -411,7 +410,7 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
         corr[live] = m_new == v.m ? 1.0f : simd::Lane0(simd::ExpNonPositive(simd::Set1(v.m - m_new)));
         const F32x16 w = simd::ExpNonPositive(simd::Sub(x, simd::Set1(m_new)));
         simd::Store(p[live], w);
-        v.l = ScalarFma(v.l, corr[live], simd::ReduceSum(w));
+        v.l = simd::Fma(v.l, simd::Set1(corr[live]), w);
         v.m = m_new;
         accs[live++] = v.acc;
       }
@@ -425,7 +424,8 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
   }
   for (int32_t i = 0; i < n; ++i) {
     const QueryState& v = st[i];
-    const F32x16 inv = simd::Set1(v.l > 0.0f ? 1.0f / v.l : 0.0f);
+    const float l = simd::ReduceSum(v.l);
+    const F32x16 inv = simd::Set1(l > 0.0f ? 1.0f / l : 0.0f);
     int32_t d = 0;
     for (; d + 16 <= g.v_dim; d += 16) simd::Store(v.out + d, simd::Mul(simd::Load(v.acc + d), inv));
     if (d < g.v_dim) simd::StoreFirst(v.out + d, simd::Mul(simd::Load(v.acc + d), inv), g.v_dim - d);
