@@ -4,7 +4,8 @@
 //   prefill tok/s   D1 over a prompt of --prompt_tokens, in kMaxPrefillChunk chunks
 //   decode tok/s    D2 (held plan, rebind per token) over --decode_tokens
 //   D1 step time    the same decode steps rebuilding the graph every token
-// and counts heap allocations per rebind step. Prints one JSON object, naming
+// and counts heap allocations per rebind step (--kv_type: the caches'
+// element type; f32 by default, the daemon's is f16). Prints one JSON object, naming
 // the kernels' instruction-set tier ("cpu_isa": the best this CPU supports,
 // or DECODED_CPU_ISA's); the driver script bench/run_bench.py compares it
 // with llama.cpp in the same run.
@@ -41,6 +42,7 @@ ABSL_FLAG(int, decode_tokens, 128, "decode steps measured");
 ABSL_FLAG(int, d1_tokens, 16, "decode steps measured with D1 (rebuild per token)");
 ABSL_FLAG(int, repeats, 3, "repetitions; the best is reported");
 ABSL_FLAG(std::string, device, "cpu", "cpu, vulkan or vulkan:N (as the daemon's --device)");
+ABSL_FLAG(std::string, kv_type, "f32", "KV cache element type: f32, f16 (the daemon's default) or q8_0");
 
 namespace decoded {
 namespace {
@@ -66,6 +68,11 @@ int Fail(const char* what, const absl::Status& status) {
 }
 
 int Run() {
+  const std::string kv_name = absl::GetFlag(FLAGS_kv_type);
+  if (kv_name != "f32" && kv_name != "f16" && kv_name != "q8_0") {
+    return Fail("--kv_type", absl::InvalidArgumentError("--kv_type " + kv_name + ": must be f32, f16 or q8_0"));
+  }
+  const DType kv_type = kv_name == "f32" ? DType::kF32 : kv_name == "f16" ? DType::kF16 : DType::kQ8_0;
   if (absl::Status isa = InitCpuIsaFromEnvironment(); !isa.ok()) {
     std::fprintf(stderr, "%s\n", isa.ToString().c_str());
     return 1;
@@ -111,7 +118,8 @@ int Run() {
   double host_us_per_step = 0;
   DeviceCounters plan_cost, per_step;
   for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
-    auto kv = KvCache::Create(m.backend(), m.dims().n_layers, m.dims().n_kv_heads, m.dims().head_dim, capacity);
+    auto kv = KvCache::Create(m.backend(), m.dims().n_layers,
+                              KvLayout::Separate(m.dims().n_kv_heads, m.dims().head_dim).WithType(kv_type), capacity);
     if (!kv.ok()) return Fail("KV cache", kv.status());
     auto t0 = Clock::now();
     for (int off = 0; off < n_prompt; off += kMaxPrefillChunk) {
@@ -167,10 +175,10 @@ int Run() {
       static_cast<long long>(plan_cost.dispatches), per_step.submissions / steps,
       static_cast<long long>(per_step.recordings), host_us_per_step, per_step.uploaded / steps);
   std::printf(
-      "\"cpu_isa\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
+      "\"cpu_isa\": \"%s\", \"kv_type\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
       "\"decode_tok_s\": %.2f, \"d2_step_ms\": %.4f, \"d1_step_ms\": %.4f, \"d2_over_d1_speedup\": %.3f, "
       "\"heap_allocations_per_rebind_step\": %lld}\n",
-      CpuIsaName(ActiveCpuIsa()), threads, n_prompt, n_decode, n_prompt / best_prefill, n_decode / best_decode, d2_step * 1e3, d1_step * 1e3,
+      CpuIsaName(ActiveCpuIsa()), kv_name.c_str(), threads, n_prompt, n_decode, n_prompt / best_prefill, n_decode / best_decode, d2_step * 1e3, d1_step * 1e3,
       d1_step / d2_step, static_cast<long long>(allocs_per_step));
   return 0;
 }
