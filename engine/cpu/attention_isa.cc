@@ -150,9 +150,9 @@ struct QueryState {
   float* acc = nullptr;  // padded v_dim
   int32_t lo = 0, hi = 0;
   float m = kNegInf;
-  // The softmax denominator, lane j summing the weights of keys at
-  // positions = j (mod 16); summed across lanes once, at the end (a
-  // horizontal sum per tile was a tenth of a 64-wide head's time).
+  // The softmax denominator, lane j summing the weights of the keys at
+  // positions j mod 16; summed across lanes once, at the end (a horizontal
+  // sum and a scalar FMA per tile cost 2-11% of the kernel's time).
   F32x16 l;
 };
 
