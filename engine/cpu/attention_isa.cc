@@ -215,7 +215,7 @@ void TileScores(const float* const* q, TileRows<E> rows, int32_t chunks, int32_t
 
 template <int NV, typename E>
 void TileScoresAnyWidth(const float* const* q, TileRows<E> rows, int32_t chunks, int32_t k_dim, F32x16* scores) {
-  if (k_dim == 16 * chunks) {  // the common head sizes: q in registers
+  if (k_dim == 16 * chunks) {  // the common head sizes: chunks fixed at compile time (q in registers where it fits)
     if (chunks == 4) return TileScores<NV, 4>(q, rows, chunks, k_dim, scores);
     if (chunks == 8) return TileScores<NV, 8>(q, rows, chunks, k_dim, scores);
   }
