@@ -175,11 +175,11 @@ int Run() {
       static_cast<long long>(plan_cost.dispatches), per_step.submissions / steps,
       static_cast<long long>(per_step.recordings), host_us_per_step, per_step.uploaded / steps);
   std::printf(
-      "\"cpu_isa\": \"%s\", \"kv_type\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, \"prefill_tok_s\": %.2f, "
-      "\"decode_tok_s\": %.2f, \"d2_step_ms\": %.4f, \"d1_step_ms\": %.4f, \"d2_over_d1_speedup\": %.3f, "
-      "\"heap_allocations_per_rebind_step\": %lld}\n",
-      CpuIsaName(ActiveCpuIsa()), kv_name.c_str(), threads, n_prompt, n_decode, n_prompt / best_prefill, n_decode / best_decode, d2_step * 1e3, d1_step * 1e3,
-      d1_step / d2_step, static_cast<long long>(allocs_per_step));
+      "\"cpu_isa\": \"%s\", \"kv_type\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"decode_tokens\": %d, "
+      "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"d2_step_ms\": %.4f, \"d1_step_ms\": %.4f, "
+      "\"d2_over_d1_speedup\": %.3f, \"heap_allocations_per_rebind_step\": %lld}\n",
+      CpuIsaName(ActiveCpuIsa()), kv_name.c_str(), threads, n_prompt, n_decode, n_prompt / best_prefill,
+      n_decode / best_decode, d2_step * 1e3, d1_step * 1e3, d1_step / d2_step, static_cast<long long>(allocs_per_step));
   return 0;
 }
 
