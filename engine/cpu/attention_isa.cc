@@ -162,10 +162,11 @@ constexpr int kMaxGroup = 4;
 
 // q . k for the 16 keys of a tile into lane j, for each of NV query vectors
 // q[v]: per key, 16 partial sums (lane l of the width takes elements l,
-// l + 16, ...: one FMA chain over the chunks in order), then ReduceSum16's
-// tree. Rows are `chunks` x 16 wide; q's last chunk holds k_dim - 16
-// (chunks - 1) elements (the rows are zero past k_dim). KC > 0 fixes chunks
-// at compile time, so q's chunks stay in registers.
+// l + 16, ...: one FMA chain over the chunks in order), then simd16.h's
+// tree across the lanes (ReduceSum4, FinishSum16). Rows are `chunks` x 16
+// wide; q's last chunk holds k_dim - 16 (chunks - 1) elements (the rows are
+// zero past k_dim). KC > 0 fixes chunks at compile time, so q's chunks stay
+// in registers.
 //
 // Each key chunk is loaded once for the NV vectors (register blocking: a
 // lone vector does one load per FMA, which is what bounds it on a core
@@ -186,31 +187,36 @@ void TileScores(const float* const* q, TileRows<E> rows, int32_t chunks, int32_t
       for (int32_t c = 0; c < KC; ++c) qv[v][c] = simd::Load(q[v] + 16 * c);
     }
   }
-  F32x16 acc[NV][kTile];
-  for (int32_t jj = 0; jj < kTile; jj += kKeys) {
-    F32x16 a[NV][kKeys];
-    for (int v = 0; v < NV; ++v) {
-      for (int k = 0; k < kKeys; ++k) a[v][k] = simd::Set1(0.0f);
-    }
-    for (int32_t c = 0; c < chunks; ++c) {
-      F32x16 qc[NV];
+  // The keys in the tree's groups of four (simd::kSum4Keys), each group
+  // taken through the tree's first levels as soon as it is computed: a
+  // vector holds 4 partial results instead of 16 sums (which did not fit
+  // in registers with q and were stored and reloaded).
+  simd::Sum4 sums[NV][4];
+  for (int i = 0; i < 4; ++i) {
+    const int* keys = simd::kSum4Keys[i];
+    F32x16 a[NV][4];
+    for (int k0 = 0; k0 < 4; k0 += kKeys) {
       for (int v = 0; v < NV; ++v) {
-        if constexpr (kQInRegs) {
-          qc[v] = qv[v][c];
-        } else {
-          qc[v] = 16 * c + 16 <= k_dim ? simd::Load(q[v] + 16 * c) : simd::LoadFirst(q[v] + 16 * c, k_dim - 16 * c);
+        for (int k = k0; k < k0 + kKeys; ++k) a[v][k] = simd::Set1(0.0f);
+      }
+      for (int32_t c = 0; c < chunks; ++c) {
+        F32x16 qc[NV];
+        for (int v = 0; v < NV; ++v) {
+          if constexpr (kQInRegs) {
+            qc[v] = qv[v][c];
+          } else {
+            qc[v] = 16 * c + 16 <= k_dim ? simd::Load(q[v] + 16 * c) : simd::LoadFirst(q[v] + 16 * c, k_dim - 16 * c);
+          }
+        }
+        for (int k = k0; k < k0 + kKeys; ++k) {
+          const F32x16 kr = LoadRow(rows.row(keys[k]) + 16 * c);
+          for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(qc[v], kr, a[v][k]);
         }
       }
-      for (int k = 0; k < kKeys; ++k) {
-        const F32x16 kr = LoadRow(rows.row(jj + k) + 16 * c);
-        for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(qc[v], kr, a[v][k]);
-      }
     }
-    for (int v = 0; v < NV; ++v) {
-      for (int k = 0; k < kKeys; ++k) acc[v][jj + k] = a[v][k];
-    }
+    for (int v = 0; v < NV; ++v) sums[v][i] = simd::ReduceSum4(a[v][0], a[v][1], a[v][2], a[v][3]);
   }
-  for (int v = 0; v < NV; ++v) scores[v] = simd::ReduceSum16(acc[v]);
+  for (int v = 0; v < NV; ++v) scores[v] = simd::FinishSum16(sums[v]);
 }
 
 template <int NV, typename E>

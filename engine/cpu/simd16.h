@@ -96,24 +96,29 @@ inline float ReduceSum(F32x16 a) {
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   return _mm_cvtss_f32(_mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1)));
 }
-// Lane j of the result = ReduceSum(a[j]), for 16 vectors at once: the same
-// tree per lane, its shuffles shared. At each level a vector carries twice
-// as many keys at half the width; the order of the first level's pairs puts
-// key j in lane j at the end.
-inline F32x16 ReduceSum16(const F32x16 a[16]) {
-  constexpr int kPair[8][2] = {{0, 4}, {8, 12}, {1, 5}, {9, 13}, {2, 6}, {10, 14}, {3, 7}, {11, 15}};
-  __m512 c[8], d[4], e[2];
-  for (int p = 0; p < 8; ++p) {  // lanes l + l+8: [x 0-7 | y 0-7]
-    const __m512 x = a[kPair[p][0]].v, y = a[kPair[p][1]].v;
-    c[p] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
-  }
-  for (int r = 0; r < 4; ++r) {  // + l+4: four keys of 4 lanes
-    d[r] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * r], c[2 * r + 1], 0x88),
-                         _mm512_shuffle_f32x4(c[2 * r], c[2 * r + 1], 0xDD));
-  }
-  for (int s = 0; s < 2; ++s) {  // + l+2: eight keys of 2 lanes
-    e[s] = _mm512_add_ps(_mm512_shuffle_ps(d[2 * s], d[2 * s + 1], 0x44),
-                         _mm512_shuffle_ps(d[2 * s], d[2 * s + 1], 0xEE));
+// ReduceSum of 16 vectors at once, lane j of the result = ReduceSum(a[j]):
+// the same tree per lane, its shuffles shared. At each level a vector
+// carries twice as many keys at half the width. It runs in two parts so a
+// caller can reduce keys as soon as they are computed, holding a quarter of
+// the registers: ReduceSum4 takes the keys kSum4Keys[i] through the first
+// two levels (lanes l + l+8, then + l+4), FinishSum16 the four results
+// through the last two. The key orders put key j in lane j at the end.
+struct Sum4 {
+  __m512 v;  // four keys of 4 lanes
+};
+inline constexpr int kSum4Keys[4][4] = {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}};
+inline Sum4 ReduceSum4(F32x16 a, F32x16 b, F32x16 c, F32x16 d) {
+  // lanes l + l+8: [a 0-7 | b 0-7], [c 0-7 | d 0-7]
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a.v, b.v, 0x44), _mm512_shuffle_f32x4(a.v, b.v, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c.v, d.v, 0x44), _mm512_shuffle_f32x4(c.v, d.v, 0xEE));
+  // + l+4: [a 0-3 | b 0-3 | c 0-3 | d 0-3]
+  return {_mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD))};
+}
+inline F32x16 FinishSum16(const Sum4 s[4]) {
+  __m512 e[2];
+  for (int t = 0; t < 2; ++t) {  // + l+2: eight keys of 2 lanes
+    e[t] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * t].v, s[2 * t + 1].v, 0x44),
+                         _mm512_shuffle_ps(s[2 * t].v, s[2 * t + 1].v, 0xEE));
   }
   // + l+1: sixteen keys of one lane
   return {_mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD))};
@@ -185,22 +190,26 @@ inline float ReduceSum(F32x16 a) {
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   return _mm_cvtss_f32(_mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1)));
 }
-// The avx512 tier's tree in 256-bit halves (pairs chosen so key j ends in lane j).
-inline F32x16 ReduceSum16(const F32x16 a[16]) {
-  constexpr int kPair[8][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}};
-  __m256 d[8], e[4], f[2];
-  for (int r = 0; r < 8; ++r) {  // l + l+8, then + l+4: [x 0-3 | y 0-3]
-    const F32x16 x = a[kPair[r][0]], y = a[kPair[r][1]];
-    const __m256 cx = _mm256_add_ps(x.lo, x.hi), cy = _mm256_add_ps(y.lo, y.hi);
-    d[r] = _mm256_add_ps(_mm256_permute2f128_ps(cx, cy, 0x20), _mm256_permute2f128_ps(cx, cy, 0x31));
-  }
-  for (int s = 0; s < 4; ++s) {  // + l+2
-    e[s] = _mm256_add_ps(_mm256_shuffle_ps(d[2 * s], d[2 * s + 1], 0x44),
-                         _mm256_shuffle_ps(d[2 * s], d[2 * s + 1], 0xEE));
-  }
+// The avx512 tier's tree in 256-bit halves, its two parts split after the
+// third level here (key orders chosen so key j ends in lane j).
+struct Sum4 {
+  __m256 v;  // four keys of 2 lanes
+};
+inline constexpr int kSum4Keys[4][4] = {{0, 4, 1, 5}, {2, 6, 3, 7}, {8, 12, 9, 13}, {10, 14, 11, 15}};
+inline Sum4 ReduceSum4(F32x16 a, F32x16 b, F32x16 c, F32x16 d) {
+  // l + l+8, then + l+4: [a 0-3 | b 0-3], [c 0-3 | d 0-3]
+  const __m256 a8 = _mm256_add_ps(a.lo, a.hi), b8 = _mm256_add_ps(b.lo, b.hi);
+  const __m256 c8 = _mm256_add_ps(c.lo, c.hi), d8 = _mm256_add_ps(d.lo, d.hi);
+  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a8, b8, 0x20), _mm256_permute2f128_ps(a8, b8, 0x31));
+  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c8, d8, 0x20), _mm256_permute2f128_ps(c8, d8, 0x31));
+  // + l+2: [a 0-1 | c 0-1 | b 0-1 | d 0-1]
+  return {_mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE))};
+}
+inline F32x16 FinishSum16(const Sum4 s[4]) {
+  __m256 f[2];
   for (int t = 0; t < 2; ++t) {  // + l+1
-    f[t] = _mm256_add_ps(_mm256_shuffle_ps(e[2 * t], e[2 * t + 1], 0x88),
-                         _mm256_shuffle_ps(e[2 * t], e[2 * t + 1], 0xDD));
+    f[t] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * t].v, s[2 * t + 1].v, 0x88),
+                         _mm256_shuffle_ps(s[2 * t].v, s[2 * t + 1].v, 0xDD));
   }
   return {f[0], f[1]};
 }
@@ -278,9 +287,19 @@ inline float ReduceSum(F32x16 a) {
   }
   return a.v[0];
 }
-inline F32x16 ReduceSum16(const F32x16 a[16]) {
+// Each key's ReduceSum, in the avx512 tier's key order.
+struct Sum4 {
+  float v[4];
+};
+inline constexpr int kSum4Keys[4][4] = {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}};
+inline Sum4 ReduceSum4(F32x16 a, F32x16 b, F32x16 c, F32x16 d) {
+  return {{ReduceSum(a), ReduceSum(b), ReduceSum(c), ReduceSum(d)}};
+}
+inline F32x16 FinishSum16(const Sum4 s[4]) {
   F32x16 r;
-  for (int j = 0; j < 16; ++j) r.v[j] = ReduceSum(a[j]);
+  for (int i = 0; i < 4; ++i) {
+    for (int k = 0; k < 4; ++k) r.v[kSum4Keys[i][k]] = s[i].v[k];
+  }
   return r;
 }
 
@@ -290,7 +309,9 @@ inline F32x16 ReduceSum16(const F32x16 a[16]) {
 // reduction and degree-6 polynomial; relative error < 2e-7 on [-87, 0],
 // exactly 0 below -87.3 and for -inf), written once in this file's
 // operations so every tier with FMA computes the same bits.
-inline F32x16 ExpNonPositive(F32x16 x) {
+// Always inlined: GCC stopped inlining it into a grown attention kernel,
+// and a call per vector and tile measured some 20% slower there.
+[[gnu::always_inline]] inline F32x16 ExpNonPositive(F32x16 x) {
   const F32x16 xc = Min(Max(x, Set1(-87.3f)), Set1(0.0f));
   const F32x16 round = Set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
   const F32x16 k = Sub(Fma(xc, Set1(1.44269504088896341f), round), round);
