@@ -106,7 +106,9 @@ int Run() {
   const int n_prompt = absl::GetFlag(FLAGS_prompt_tokens);
   const int n_decode = absl::GetFlag(FLAGS_decode_tokens);
   const int n_d1 = absl::GetFlag(FLAGS_d1_tokens);
-  const int capacity = n_prompt + n_decode + n_d1 + 8;
+  // A whole number of 16-position panels, as the daemon's paged blocks are,
+  // so the CPU keeps keys in panels here too (engine/cpu/key_panels.h).
+  const int capacity = (n_prompt + n_decode + n_d1 + 8 + 15) / 16 * 16;
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   // Ids spread over the vocabulary (any family's: SmolLM2's has 49152 entries).
   const int spread = std::max(1, std::min(50000, m.dims().vocab - 1000));

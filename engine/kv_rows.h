@@ -34,7 +34,9 @@
 // h) * bt + p % bt) of its pool: vLLM's block layout (Kwon et al. 2023,
 // "Efficient Memory Management for Large Language Model Serving with
 // PagedAttention"), with the head outside the block's tokens so one head's
-// keys of a block are contiguous.
+// keys of a block are contiguous. (The CPU backend stores f32 and f16 keys of
+// blocks of whole multiples of 16 positions transposed in 16-position panels
+// within those same bytes: engine/cpu/key_panels.h.)
 // The driver fills a row from a KvCache it has checked on the host (geometry,
 // mapped blocks, write offset: decode_driver.h); kernels only read it, and a
 // KV write into an unmapped block is a fault, never a write.

@@ -11,7 +11,10 @@
 // them; inside the item, up to four vectors with the same key range in a
 // tile share each load into registers (register blocking: one vector alone
 // does a load per FMA, and a core that loads one 512-bit vector per cycle
-// then runs at half its FMA rate on 256-wide heads).
+// then runs at half its FMA rate on 256-wide heads). Keys stored in panels
+// (engine/cpu/key_panels.h) put a tile's 16 keys in the lanes, so q.k needs
+// no reduction across lanes; other caches are read as rows, with the same
+// arithmetic per key.
 //
 // Exactness: a query vector's arithmetic depends only on its own q row and
 // key range, never on the item it shares (tiles sit at absolute positions,
@@ -29,6 +32,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_isa.h"
+#include "engine/cpu/key_panels.h"
 #include "engine/cpu/simd16.h"
 #include "engine/kv_layout.h"
 #include "engine/kv_rows.h"
@@ -238,6 +242,64 @@ void GroupScores(int nv, const float* const* q, TileRows<E> rows, int32_t chunks
   }
 }
 
+// TileScores' scores from a tile of key panels (engine/cpu/key_panels.h:
+// panel.row(slot) = one element of the 16 keys), with no reduction across
+// lanes: TileScores' lane l (the FMA chain over elements l, l + 16, ...) is
+// a vector over the 16 keys here, q's element broadcast, and its tree
+// (lanes l + l+8, then + l+4, + l+2, + l+1) adds whole vectors. The same
+// operations in the same order on each key, so the same bytes as
+// TileScores on rows (a cache's layout must not change a row's result): 15
+// adds per vector and tile where the tree on rows costs 15 adds and 30
+// shuffles. k_dim = 16 * chunks; KC > 0 fixes chunks at compile time.
+template <int NV, int KC, typename E>
+void PanelScores(const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
+  if constexpr (KC > 0) chunks = KC;
+  // Lane classes l, l+8, l+4, l+12 at once (4 x NV independent FMA
+  // chains), reduced to their sum at the tree's second level.
+  auto quad = [&](int l, F32x16* out) {
+    constexpr int kClass[4] = {0, 8, 4, 12};
+    F32x16 a[NV][4];
+    for (int v = 0; v < NV; ++v) {
+      for (int k = 0; k < 4; ++k) a[v][k] = simd::Set1(0.0f);
+    }
+    for (int32_t c = 0; c < chunks; ++c) {
+      for (int k = 0; k < 4; ++k) {
+        const int32_t d = 16 * c + l + kClass[k];
+        const F32x16 kt = LoadRow(panel.row(16 * c + 4 * l + kClass[k] / 4));  // d's slot (PanelSlot)
+        for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(simd::Set1(q[v][d]), kt, a[v][k]);
+      }
+    }
+    for (int v = 0; v < NV; ++v) out[v] = simd::Add(simd::Add(a[v][0], a[v][1]), simd::Add(a[v][2], a[v][3]));
+  };
+  F32x16 x[NV], y[NV], h[NV];
+  quad(0, x);
+  quad(2, y);
+  for (int v = 0; v < NV; ++v) h[v] = simd::Add(x[v], y[v]);  // third level, lanes 0 + 2
+  quad(1, x);
+  quad(3, y);
+  for (int v = 0; v < NV; ++v) scores[v] = simd::Add(h[v], simd::Add(x[v], y[v]));  // (1 + 3), then the fourth
+}
+
+template <int NV, typename E>
+void PanelScoresAnyWidth(const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
+  switch (chunks) {  // the common head sizes (64, 128, 256) unrolled
+    case 4: return PanelScores<NV, 4>(q, panel, chunks, scores);
+    case 8: return PanelScores<NV, 8>(q, panel, chunks, scores);
+    case 16: return PanelScores<NV, 16>(q, panel, chunks, scores);
+    default: return PanelScores<NV, 0>(q, panel, chunks, scores);
+  }
+}
+
+template <typename E>
+void GroupPanelScores(int nv, const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
+  switch (nv) {
+    case 1: return PanelScoresAnyWidth<1>(q, panel, chunks, scores);
+    case 2: return PanelScoresAnyWidth<2>(q, panel, chunks, scores);
+    case 3: return PanelScoresAnyWidth<3>(q, panel, chunks, scores);
+    default: return PanelScoresAnyWidth<4>(q, panel, chunks, scores);
+  }
+}
+
 // For each of NV vectors: acc[v][0, 16 chunks) = acc[v] * corr[v] + sum over
 // keys [a, b) of p[v][jj] * v[jj], in key order per element; four chunks at
 // a time (independent chains), each value chunk loaded once for the NV.
@@ -332,6 +394,10 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
   // vector reads whole, are decoded into a copy first. Either way the values
   // are the same.
   const bool direct_ok = (type == DType::kF32 || type == DType::kF16) && g.k_dim % 16 == 0 && g.v_dim % 16 == 0;
+  // Keys in panels are read in place for every tile (a tile lies in one
+  // block: blocks are whole panels); lanes of positions no vector reads hold
+  // whatever the cache holds there, and their scores are masked below.
+  const bool panels = KeysInPanels(type, cache.v != cache.k, bt, g.k_dim);
   float p[kMaxGroup][kTile];
   for (int32_t base = lo_all / kTile * kTile; base < hi_all; base += kTile) {
     // The positions of this tile some vector reads.
@@ -362,10 +428,10 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
       for (int32_t jj = 0; jj < kTile; ++jj) {
         const int32_t pos = base + jj;
         if (pos < need_lo || pos >= need_hi) {
-          s.k.SetZero(jj);
+          if (!panels) s.k.SetZero(jj);
           s.v.SetZero(jj);
         } else {
-          s.k.Set(jj, type, row_at(pos, cache.k, k_rb));
+          if (!panels) s.k.Set(jj, type, row_at(pos, cache.k, k_rb));
           s.v.Set(jj, type, row_at(pos, cache.v, v_rb));
         }
       }
@@ -373,6 +439,16 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
       vf = s.v.rows();
     }
     const bool half = direct && type == DType::kF16;
+    TileRows<float> panel_f{};
+    TileRows<uint16_t> panel_h{};
+    if (panels) {
+      const uint8_t* p0 = row_at(base, cache.k, k_rb);  // the panel: where its 16 rows would start
+      if (type == DType::kF16) {
+        panel_h = {p0, kTile * 2};
+      } else {
+        panel_f = {p0, kTile * 4};
+      }
+    }
     // Runs of up to kMaxGroup consecutive vectors with the same key range in
     // this tile (a row's GQA heads; whole rows where the tile is below all
     // of them) share each key and value load.
@@ -388,7 +464,13 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
       const float* qs[kMaxGroup];
       for (int j = 0; j < nv; ++j) qs[j] = st[i + j].q;
       F32x16 sc[kMaxGroup];
-      if (half) {
+      if (panels) {
+        if (type == DType::kF16) {
+          GroupPanelScores(nv, qs, panel_h, k_chunks, sc);
+        } else {
+          GroupPanelScores(nv, qs, panel_f, k_chunks, sc);
+        }
+      } else if (half) {
         GroupScores(nv, qs, kh, k_chunks, g.k_dim, sc);
       } else {
         GroupScores(nv, qs, kf, k_chunks, g.k_dim, sc);

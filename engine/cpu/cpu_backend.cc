@@ -27,6 +27,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/key_panels.h"
 #include "engine/engine_counters.h"
 #include "engine/kv_layout.h"
 #include "engine/kv_rows.h"
@@ -51,6 +52,21 @@ void WriteKvRow(DType type, const float* x, int32_t n, uint8_t* dst) {
       return;
     case DType::kQ8_0: quant::QuantizeActivationRow(DType::kQ8_0, x, n, dst); return;
     default: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
+  }
+}
+
+// Stores one key of `n` f32 elements, at `in_block` of its block, into a
+// kv head's block of key panels (engine/cpu/key_panels.h) as `type` (f32 or
+// f16, rounded as WriteKvRow).
+void WriteKeyToPanel(DType type, const float* x, int32_t n, int32_t in_block, uint8_t* head_block) {
+  for (int32_t d = 0; d < n; ++d) {
+    const int64_t e = cpu::PanelElement(in_block, n, d);
+    if (type == DType::kF16) {
+      const uint16_t h = quant::F32ToF16(x[d]);
+      std::memcpy(head_block + 2 * e, &h, 2);
+    } else {
+      std::memcpy(head_block + 4 * e, &x[d], 4);
+    }
   }
 }
 
@@ -593,10 +609,17 @@ class CpuPlan final : public CompiledPlan {
             kv_fault_.store(true, std::memory_order_relaxed);
             continue;
           }
-          const int64_t in_block = off % cache.block_tokens;
+          const int32_t in_block = off % cache.block_tokens;
           const int64_t rb = KvRowBytes(cache.type, hd);
+          const bool panels = !n.kv_write.is_v && cpu::KeysInPanels(cache.type, cache.v != cache.k, cache.block_tokens, hd);
           for (int32_t h = 0; h < heads; ++h) {
-            WriteKvRow(cache.type, x + (t * heads + h) * hd, hd, dst + cache.block_base(block, h, heads, rb) + in_block * rb);
+            const float* row = x + (t * heads + h) * hd;
+            uint8_t* head_block = dst + cache.block_base(block, h, heads, rb);
+            if (panels) {
+              WriteKeyToPanel(cache.type, row, hd, in_block, head_block);
+            } else {
+              WriteKvRow(cache.type, row, hd, head_block + int64_t{in_block} * rb);
+            }
           }
         }
         break;

@@ -23,6 +23,7 @@
 
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/key_panels.h"
 #include "engine/cpu_isa.h"
 #include "engine/dtype.h"
 #include "engine/kv_layout.h"
@@ -63,15 +64,15 @@ class TestCache {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (int32_t p = 0; p < cap; ++p) {
       for (int32_t h = 0; h < g.n_kv_heads; ++h) {
-        for (int32_t d = 0; d < g.k_dim; ++d) Store(KRow(p, h), d, nd(rng));
+        for (int32_t d = 0; d < g.k_dim; ++d) Store(Key(p, h, d), nd(rng));
         if (!g.v_in_k) {
-          for (int32_t d = 0; d < g.v_dim; ++d) Store(VRow(p, h), d, nd(rng));
+          for (int32_t d = 0; d < g.v_dim; ++d) Store(Value(p, h, d), nd(rng));
         }
       }
     }
   }
-  double key(int32_t p, int32_t h, int32_t d) const { return Load(KRow(p, h), d); }
-  double value(int32_t p, int32_t h, int32_t d) const { return g_.v_in_k ? Load(KRow(p, h), d) : Load(VRow(p, h), d); }
+  double key(int32_t p, int32_t h, int32_t d) const { return Load(Key(p, h, d)); }
+  double value(int32_t p, int32_t h, int32_t d) const { return Load(g_.v_in_k ? Key(p, h, d) : Value(p, h, d)); }
   // This cache's row of a KV binding table of one layer.
   void AppendRow(std::vector<int64_t>* rows) const {
     const auto addr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
@@ -82,28 +83,36 @@ class TestCache {
   }
 
  private:
-  uint8_t* Row(const std::vector<uint8_t>& pool, int64_t rb, int32_t p, int32_t h) const {
+  // The bytes of element d of position p, kv head h: rows (engine/kv_rows.h),
+  // or for keys the CPU's 16-position panels where they apply
+  // (engine/cpu/key_panels.h), as the KV write stores them.
+  uint8_t* Element(const std::vector<uint8_t>& pool, int64_t rb, int32_t dim, bool panels, int32_t p, int32_t h,
+                   int32_t d) const {
     const int64_t block = table_[static_cast<size_t>(p / bt_)];
-    return const_cast<uint8_t*>(pool.data()) + ((block * g_.n_kv_heads + h) * bt_ + p % bt_) * rb;
+    const int64_t es = type_ == DType::kF16 ? 2 : 4;
+    const int64_t e = panels ? cpu::PanelElement(p % bt_, dim, d) : int64_t{p % bt_} * dim + d;
+    return const_cast<uint8_t*>(pool.data()) + (block * g_.n_kv_heads + h) * bt_ * rb + e * es;
   }
-  uint8_t* KRow(int32_t p, int32_t h) const { return Row(k_, k_rb_, p, h); }
-  uint8_t* VRow(int32_t p, int32_t h) const { return Row(v_, v_rb_, p, h); }
-  void Store(uint8_t* row, int32_t d, float x) const {
+  uint8_t* Key(int32_t p, int32_t h, int32_t d) const {
+    return Element(k_, k_rb_, g_.k_dim, cpu::KeysInPanels(type_, !g_.v_in_k, bt_, g_.k_dim), p, h, d);
+  }
+  uint8_t* Value(int32_t p, int32_t h, int32_t d) const { return Element(v_, v_rb_, g_.v_dim, false, p, h, d); }
+  void Store(uint8_t* at, float x) const {
     if (type_ == DType::kF16) {
       const uint16_t h = quant::internal::FloatToHalf(x);
-      std::memcpy(row + 2 * d, &h, 2);
+      std::memcpy(at, &h, 2);
     } else {
-      std::memcpy(row + 4 * d, &x, 4);
+      std::memcpy(at, &x, 4);
     }
   }
-  double Load(const uint8_t* row, int32_t d) const {
+  double Load(const uint8_t* at) const {
     if (type_ == DType::kF16) {
       uint16_t h;
-      std::memcpy(&h, row + 2 * d, 2);
+      std::memcpy(&h, at, 2);
       return quant::internal::HalfToFloat(h);
     }
     float x;
-    std::memcpy(&x, row + 4 * d, 4);
+    std::memcpy(&x, at, 4);
     return x;
   }
 
@@ -233,6 +242,7 @@ TEST_P(AttentionKernelTest, MatchesDoubleSoftmaxAttention) {
     ExpectMatchesReference({4, 1, 256, 256}, type, 16, 0.0f, 0);   // Gemma 3 270M, global layer
     ExpectMatchesReference({4, 1, 256, 256}, type, 16, 0.0f, 33);  // ... a sliding window
     ExpectMatchesReference({8, 8, 80, 80}, type, 5, 0.0f, 0);      // Phi-2's head size, blocks smaller than a tile
+    ExpectMatchesReference({8, 8, 80, 80}, type, 32, 0.0f, 0);     // ... keys in panels (engine/cpu/key_panels.h)
     ExpectMatchesReference({6, 2, 40, 24}, type, 7, 50.0f, 0);     // ragged widths, Gemma 2's softcap
     ExpectMatchesReference({4, 1, 48, 32, true}, type, 16, 0.0f, 0);  // the value inside the key row (MLA)
   }
@@ -245,7 +255,9 @@ void ExpectRowsIndependentOfTheirStep(const Heads& g, DType type, int32_t window
   constexpr int32_t kCap = 300;
   const TestCache a(g, type, kCap, 16, 21, true), b(g, type, kCap, 16, 22, true);
   // The same positions in a cache of other blocks: 32-position blocks in
-  // order, and one block of the whole capacity (a contiguous cache).
+  // order, and one block of the whole capacity (a contiguous cache; 300
+  // positions are no whole number of 16-position panels, so its keys are
+  // rows where the others' are in panels: engine/cpu/key_panels.h).
   const TestCache a32(g, type, kCap, 32, 21, false), a_contiguous(g, type, kCap, kCap, 21, false);
   const Step whole = MixedStep(g, a, 128, 290, window, {&b, &b, &b}, 250, 23);
   const float scale = 0.125f;
@@ -295,6 +307,9 @@ TEST_P(AttentionKernelTest, ARowDependsOnlyOnItsQueryAndKeyRange) {
       // then rows of a span, and a row alone is a group of one).
       ExpectRowsIndependentOfTheirStep({14, 2, 64, 64}, type, window);
       ExpectRowsIndependentOfTheirStep({8, 8, 80, 80}, type, window);
+      // 128-wide heads: keys in panels of 8 x 16 elements (other widths
+      // above: 4 and 16, and 5 through the kernel's any-width path).
+      ExpectRowsIndependentOfTheirStep({4, 2, 128, 128}, type, window);
     }
   }
 }

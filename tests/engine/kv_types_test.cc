@@ -29,6 +29,7 @@
 
 #include "engine/cpu/cpu_executor.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/key_panels.h"
 #include "engine/decode_driver.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_pool.h"
@@ -220,20 +221,30 @@ void CheckWrittenRows(const std::string& path, DType type) {
     const auto* src = static_cast<const float*>(is_v ? ref->v(0) : ref->k(0));
     const auto* dst = static_cast<const uint8_t*>(is_v ? kv->v(0) : kv->k(0));
     const int64_t rb = KvRowBytes(type, dim);
-    std::vector<uint8_t> want(static_cast<size_t>(rb));
+    // Keys may be in 16-position panels (engine/cpu/key_panels.h), in the
+    // f32 cache and in the `type` one alike.
+    const auto panels = [&](DType t) { return !is_v && cpu::KeysInPanels(t, !layout.v_in_k, cap, dim); };
+    std::vector<float> x(static_cast<size_t>(dim));
+    std::vector<uint8_t> want(static_cast<size_t>(rb)), got(want.size());
     for (int32_t h = 0; h < layout.n_kv_heads; ++h) {
       for (int32_t p = 0; p < static_cast<int32_t>(prompt.size()); ++p) {
-        // Contiguous: [n_kv_heads, capacity] rows (engine/kv_rows.h, one block).
-        const float* x = src + (int64_t{h} * cap + p) * dim;
+        // Contiguous: one block of [n_kv_heads, capacity] positions (engine/kv_rows.h).
+        const int64_t head = int64_t{h} * cap * dim;  // elements
+        for (int32_t i = 0; i < dim; ++i) {
+          x[i] = src[head + (panels(DType::kF32) ? cpu::PanelElement(p, dim, i) : int64_t{p} * dim + i)];
+        }
         if (type == DType::kF16) {
           for (int32_t i = 0; i < dim; ++i) {
             const uint16_t v = NearestHalf(x[i]);
             std::memcpy(want.data() + 2 * i, &v, 2);
+            const int64_t e = panels(type) ? cpu::PanelElement(p, dim, i) : int64_t{p} * dim + i;
+            std::memcpy(got.data() + 2 * i, dst + 2 * (head + e), 2);
           }
         } else {
-          quant::QuantizeActivationRow(DType::kQ8_0, x, dim, want.data());
+          quant::QuantizeActivationRow(DType::kQ8_0, x.data(), dim, want.data());
+          std::memcpy(got.data(), dst + (int64_t{h} * cap + p) * rb, got.size());
         }
-        mismatched += std::memcmp(dst + (int64_t{h} * cap + p) * rb, want.data(), want.size()) != 0;
+        mismatched += want != got;
       }
     }
   }
