@@ -563,17 +563,26 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   // same thread and its second read of the keys and values comes from L2,
   // where a round-robin deal had every thread stream every session's cache
   // from memory; and a long span's costlier late rows still spread evenly.
+  //
+  // Within the rows that read one cache, items go kv head by kv head: the
+  // next item then reads the keys and values of the same kv head again, which
+  // a long span's item after item finds in L2 (row blocks first would cycle
+  // through every kv head's keys in between, more than L2 holds at a few
+  // thousand positions).
   auto for_each_item = [&](auto&& fn) {
-    for (int64_t t0 = 0, t1 = 0; t0 < seq; t0 = t1) {
-      t1 = t0 + 1;
-      while (t1 < seq && t1 - t0 < rows && SameCache(kv_rows, kv_row_stride, t0, t1, layer)) ++t1;
-      int64_t keys = 0;
-      for (int64_t t = t0; t < t1; ++t) keys += std::max(0, bounds[2 * t + 1] - bounds[2 * t]);
+    for (int64_t r0 = 0, r1 = 0; r0 < seq; r0 = r1) {
+      r1 = r0 + 1;
+      while (r1 < seq && SameCache(kv_rows, kv_row_stride, r0, r1, layer)) ++r1;
       for (int32_t kvh = 0; kvh < n_kv_heads; ++kvh) {
-        for (int32_t h0 = kvh * g.group; h0 < (kvh + 1) * g.group; h0 += heads) {
-          const int32_t h1 = std::min(h0 + heads, (kvh + 1) * g.group);
-          // + 1 per vector: an item with no keys still writes its rows.
-          fn(t0, t1, h0, h1, (keys + (t1 - t0)) * (h1 - h0));
+        for (int64_t t0 = r0, t1 = r0; t0 < r1; t0 = t1) {
+          t1 = std::min<int64_t>(t0 + rows, r1);
+          int64_t keys = 0;
+          for (int64_t t = t0; t < t1; ++t) keys += std::max(0, bounds[2 * t + 1] - bounds[2 * t]);
+          for (int32_t h0 = kvh * g.group; h0 < (kvh + 1) * g.group; h0 += heads) {
+            const int32_t h1 = std::min(h0 + heads, (kvh + 1) * g.group);
+            // + 1 per vector: an item with no keys still writes its rows.
+            fn(t0, t1, h0, h1, (keys + (t1 - t0)) * (h1 - h0));
+          }
         }
       }
     }
