@@ -254,22 +254,35 @@ void GroupScores(int nv, const float* const* q, TileRows<E> rows, int32_t chunks
 template <int NV, int KC, typename E>
 void PanelScores(const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
   if constexpr (KC > 0) chunks = KC;
-  // Lane classes l, l+8, l+4, l+12 at once (4 x NV independent FMA
-  // chains), reduced to their sum at the tree's second level.
+  // The sum at the tree's second level of lane classes l, l+8, l+4, l+12,
+  // their FMA chains run kPass classes at a time: as many as keep the NV x
+  // kPass accumulators within 3/4 of the tier's vector registers (the rest
+  // hold a key vector and q's broadcast): all four on avx512; on avx2, whose
+  // F32x16 takes two of its 16 registers, fewer.
+  constexpr int kAccRegisters = simd::kVectorRegisters * 3 / 4;
+  constexpr int kPass = NV * 4 * simd::kRegistersPerVector <= kAccRegisters   ? 4
+                        : NV * 2 * simd::kRegistersPerVector <= kAccRegisters ? 2
+                                                                              : 1;
   auto quad = [&](int l, F32x16* out) {
     constexpr int kClass[4] = {0, 8, 4, 12};
-    F32x16 a[NV][4];
-    for (int v = 0; v < NV; ++v) {
-      for (int k = 0; k < 4; ++k) a[v][k] = simd::Set1(0.0f);
-    }
-    for (int32_t c = 0; c < chunks; ++c) {
-      for (int k = 0; k < 4; ++k) {
-        const int32_t d = 16 * c + l + kClass[k];
-        const F32x16 kt = LoadRow(panel.row(16 * c + 4 * l + kClass[k] / 4));  // d's slot (PanelSlot)
-        for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(simd::Set1(q[v][d]), kt, a[v][k]);
+    F32x16 done[NV][4];
+    for (int k0 = 0; k0 < 4; k0 += kPass) {
+      F32x16 a[NV][kPass];
+      for (int v = 0; v < NV; ++v) {
+        for (int k = 0; k < kPass; ++k) a[v][k] = simd::Set1(0.0f);
+      }
+      for (int32_t c = 0; c < chunks; ++c) {
+        for (int k = 0; k < kPass; ++k) {
+          const int cls = kClass[k0 + k];
+          const F32x16 kt = LoadRow(panel.row(16 * c + 4 * l + cls / 4));  // element 16c + l + cls's slot (PanelSlot)
+          for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(simd::Set1(q[v][16 * c + l + cls]), kt, a[v][k]);
+        }
+      }
+      for (int v = 0; v < NV; ++v) {
+        for (int k = 0; k < kPass; ++k) done[v][k0 + k] = a[v][k];
       }
     }
-    for (int v = 0; v < NV; ++v) out[v] = simd::Add(simd::Add(a[v][0], a[v][1]), simd::Add(a[v][2], a[v][3]));
+    for (int v = 0; v < NV; ++v) out[v] = simd::Add(simd::Add(done[v][0], done[v][1]), simd::Add(done[v][2], done[v][3]));
   };
   F32x16 x[NV], y[NV], h[NV];
   quad(0, x);
@@ -537,14 +550,15 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   const Geometry g{n_heads, n_kv_heads, n_heads / n_kv_heads, k_dim, v_dim, v_stride, scale, softcap};
   // Item shape: all of a kv head's query heads and as many rows as fill
   // kItemVectors, halved (rows first) until there are items enough to keep
-  // every thread busy (a decode step of one row is n_heads items of one
-  // vector). The shape changes only which vectors share tile loads.
+  // every thread busy (at most: a decode step of one row in n_heads items
+  // of one vector); on one thread items stay whole, their vectors sharing
+  // loads. The shape changes only which vectors share tile loads.
   int32_t heads = std::min(g.group, kItemVectors);
   int32_t rows = std::max(1, kItemVectors / heads);
   auto item_count = [&] {
     return (seq + rows - 1) / rows * n_kv_heads * ((g.group + heads - 1) / heads);
   };
-  while (item_count() < 4 * nth && (rows > 1 || heads > 1)) {
+  while (nth > 1 && item_count() < 2 * nth && (rows > 1 || heads > 1)) {
     if (rows > 1) {
       rows /= 2;
     } else {

@@ -42,6 +42,17 @@ struct F32x16 {
 #endif
 };
 
+// The tier's vector registers, and how many of them one F32x16 takes (for
+// kernels that size their register blocking; the scalar tier's figures only
+// keep such arithmetic defined).
+#if defined(DECODED_SIMD16_AVX512)
+inline constexpr int kVectorRegisters = 32, kRegistersPerVector = 1;
+#elif defined(DECODED_SIMD16_AVX2)
+inline constexpr int kVectorRegisters = 16, kRegistersPerVector = 2;
+#else
+inline constexpr int kVectorRegisters = 32, kRegistersPerVector = 1;
+#endif
+
 #if defined(DECODED_SIMD16_AVX512)
 
 inline F32x16 Set1(float x) { return {_mm512_set1_ps(x)}; }
