@@ -254,8 +254,9 @@ void GroupScores(int nv, const float* const* q, TileRows<E> rows, int32_t chunks
 template <int NV, int KC, typename E>
 void PanelScores(const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
   if constexpr (KC > 0) chunks = KC;
-  // The sum at the tree's second level of lane classes l, l+8, l+4, l+12,
-  // their FMA chains run kPass classes at a time: as many as keep the NV x
+  // quad(l): the tree's second-level sum of lane classes l, l+8, l+4 and
+  // l+12, (l + l+8) + (l+4 + l+12). Their FMA chains run kPass classes at a
+  // time: as many as keep the NV x
   // kPass accumulators within 3/4 of the tier's vector registers (the rest
   // hold a key vector and q's broadcast): all four on avx512; on avx2, whose
   // F32x16 takes two of its 16 registers, fewer.
@@ -282,7 +283,9 @@ void PanelScores(const float* const* q, TileRows<E> panel, int32_t chunks, F32x1
         for (int k = 0; k < kPass; ++k) done[v][k0 + k] = a[v][k];
       }
     }
-    for (int v = 0; v < NV; ++v) out[v] = simd::Add(simd::Add(done[v][0], done[v][1]), simd::Add(done[v][2], done[v][3]));
+    for (int v = 0; v < NV; ++v) {
+      out[v] = simd::Add(simd::Add(done[v][0], done[v][1]), simd::Add(done[v][2], done[v][3]));
+    }
   };
   F32x16 x[NV], y[NV], h[NV];
   quad(0, x);

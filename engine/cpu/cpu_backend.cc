@@ -611,7 +611,8 @@ class CpuPlan final : public CompiledPlan {
           }
           const int32_t in_block = off % cache.block_tokens;
           const int64_t rb = KvRowBytes(cache.type, hd);
-          const bool panels = !n.kv_write.is_v && cpu::KeysInPanels(cache.type, cache.v != cache.k, cache.block_tokens, hd);
+          const bool panels =
+              !n.kv_write.is_v && cpu::KeysInPanels(cache.type, cache.v != cache.k, cache.block_tokens, hd);
           for (int32_t h = 0; h < heads; ++h) {
             const float* row = x + (t * heads + h) * hd;
             uint8_t* head_block = dst + cache.block_base(block, h, heads, rb);

@@ -35,8 +35,8 @@ inline bool KeysInPanels(DType type, bool has_v_pool, int32_t block_tokens, int3
 }
 
 // Within each 16 elements of width, element j sits in slot j % 4 * 4 + j / 4,
-// so the four that the kernel's reduction adds first (j = l, l + 4, l + 8,
-// l + 12) are adjacent.
+// so the four that the kernel sums together first (j = l, l + 4, l + 8,
+// l + 12: its reduction's first two levels) are adjacent.
 inline int32_t PanelSlot(int32_t j) { return j % 4 * 4 + j / 4; }
 
 // Element offset of element d of the key at `in_block` (the position's index
