@@ -256,10 +256,9 @@ void PanelScores(const float* const* q, TileRows<E> panel, int32_t chunks, F32x1
   if constexpr (KC > 0) chunks = KC;
   // quad(l): the tree's second-level sum of lane classes l, l+8, l+4 and
   // l+12, (l + l+8) + (l+4 + l+12). Their FMA chains run kPass classes at a
-  // time: as many as keep the NV x
-  // kPass accumulators within 3/4 of the tier's vector registers (the rest
-  // hold a key vector and q's broadcast): all four on avx512; on avx2, whose
-  // F32x16 takes two of its 16 registers, fewer.
+  // time: as many as keep the NV x kPass accumulators within 3/4 of the
+  // tier's vector registers (the rest hold a key vector and q's broadcast):
+  // all four on avx512; on avx2, whose F32x16 takes two of its 16, fewer.
   constexpr int kAccRegisters = simd::kVectorRegisters * 3 / 4;
   constexpr int kPass = NV * 4 * simd::kRegistersPerVector <= kAccRegisters   ? 4
                         : NV * 2 * simd::kRegistersPerVector <= kAccRegisters ? 2
@@ -572,7 +571,8 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   s.k.Reset(k_dim);
   s.v.Reset(v_dim);
   s.acc.Grow(static_cast<size_t>(kItemVectors) * RoundUp16(v_dim));
-  // Items in order (rows, then kv heads, then head blocks), each costing
+  // Items in order (per run of rows reading one cache: kv heads, then
+  // blocks of rows, then blocks of heads), each costing
   // its (vector, key) pairs. Every thread walks the same list twice: once
   // for the total, once running the items whose cost midpoint falls in its
   // share. So a thread takes a contiguous run: the items that read one
