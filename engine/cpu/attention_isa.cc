@@ -101,7 +101,9 @@ class FloatBuffer {
   void Grow(size_t n) {
     if (n <= size_) return;
     std::free(data_);
-    data_ = static_cast<float*>(std::malloc(n * sizeof(float)));
+    // Cache-line aligned: a 64-byte vector load or store at a misaligned
+    // address touches two lines.
+    data_ = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
     if (data_ == nullptr) std::abort();  // a few hundred KiB at most (kMaxKeyDim, kMaxValueDim)
     size_ = n;
   }
@@ -551,22 +553,10 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
                int32_t v_stride, float scale, float softcap, int ith, int nth) {
   const Geometry g{n_heads, n_kv_heads, n_heads / n_kv_heads, k_dim, v_dim, v_stride, scale, softcap};
   // Item shape: all of a kv head's query heads and as many rows as fill
-  // kItemVectors, halved (rows first) until there are items enough to keep
-  // every thread busy (at most: a decode step of one row in n_heads items
-  // of one vector); on one thread items stay whole, their vectors sharing
+  // kItemVectors; on one thread items stay whole, their vectors sharing
   // loads. The shape changes only which vectors share tile loads.
   int32_t heads = std::min(g.group, kItemVectors);
   int32_t rows = std::max(1, kItemVectors / heads);
-  auto item_count = [&] {
-    return (seq + rows - 1) / rows * n_kv_heads * ((g.group + heads - 1) / heads);
-  };
-  while (nth > 1 && item_count() < 2 * nth && (rows > 1 || heads > 1)) {
-    if (rows > 1) {
-      rows /= 2;
-    } else {
-      heads = (heads + 1) / 2;
-    }
-  }
   Scratch& s = ThreadScratch();
   s.k.Reset(k_dim);
   s.v.Reset(v_dim);
@@ -604,6 +594,26 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
       }
     }
   };
+  // On several threads the shape is halved (rows first, then heads) until
+  // the items are a whole multiple of the threads or at least two per
+  // thread. Halving further only splits a kv head's vectors into items that
+  // each stream its keys and values again: a Gemma 3 decode row (4 heads, 1
+  // kv head) on 2 threads runs as 2 items of 2 heads at 1.6x the rate of 4
+  // items of one head.
+  auto item_count = [&] {
+    int64_t count = 0;
+    for_each_item([&](int64_t, int64_t, int32_t, int32_t, int64_t) { ++count; });
+    return count;
+  };
+  for (int64_t count = item_count(); nth > 1 && (count < nth || (count < 2 * nth && count % nth != 0)) &&
+                                     (rows > 1 || heads > 1);
+       count = item_count()) {
+    if (rows > 1) {
+      rows /= 2;
+    } else {
+      heads = (heads + 1) / 2;
+    }
+  }
   int64_t total = 0;
   for_each_item([&](int64_t, int64_t, int32_t, int32_t, int64_t cost) { total += cost; });
   int64_t before = 0;
