@@ -598,15 +598,15 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   // the items are a whole multiple of the threads or at least two per
   // thread. Halving further only splits a kv head's vectors into items that
   // each stream its keys and values again: a Gemma 3 decode row (4 heads, 1
-  // kv head) on 2 threads runs as 2 items of 2 heads at 1.6x the rate of 4
+  // kv head) on 2 threads runs as 2 items of 2 heads at 1.5x the rate of 4
   // items of one head.
   auto item_count = [&] {
     int64_t count = 0;
     for_each_item([&](int64_t, int64_t, int32_t, int32_t, int64_t) { ++count; });
     return count;
   };
-  for (int64_t count = item_count(); nth > 1 && (count < nth || (count < 2 * nth && count % nth != 0)) &&
-                                     (rows > 1 || heads > 1);
+  for (int64_t count = nth > 1 ? item_count() : 0;
+       nth > 1 && (count < nth || (count < 2 * nth && count % nth != 0)) && (rows > 1 || heads > 1);
        count = item_count()) {
     if (rows > 1) {
       rows /= 2;
