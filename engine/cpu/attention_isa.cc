@@ -8,13 +8,13 @@
 // weighted values. A work item is a few query vectors of one kv head (GQA's
 // heads that share it, and consecutive rows of one cache: a prefill span), so
 // each key and value tile is read from memory once and from L1 by all of
-// them; inside the item, up to four vectors with the same key range in a
-// tile share each load into registers (register blocking: one vector alone
-// does a load per FMA, and a core that loads one 512-bit vector per cycle
-// then runs at half its FMA rate on 256-wide heads). Keys stored in panels
-// (engine/cpu/key_panels.h) put a tile's 16 keys in the lanes, so q.k needs
-// no reduction across lanes; other caches are read as rows, with the same
-// arithmetic per key.
+// them; inside the item, up to eight vectors (four on avx2) with the same
+// key range in a tile share each load into registers (register blocking: one
+// vector alone does a load per FMA, and a core that loads one 512-bit vector
+// per cycle then runs at half its FMA rate on 256-wide heads). Keys stored
+// in panels (engine/cpu/key_panels.h) put a tile's 16 keys in the lanes, so
+// q.k needs no reduction across lanes; other caches are read as rows, with
+// the same arithmetic per key.
 //
 // Exactness: a query vector's arithmetic depends only on its own q row and
 // key range, never on the item it shares (tiles sit at absolute positions,
@@ -142,6 +142,7 @@ class TileBuffer {
 struct Scratch {
   TileBuffer k, v;
   FloatBuffer acc;  // [kItemVectors, padded v_dim]
+  FloatBuffer qt;   // an item's q vectors transposed for key panels: [padded k_dim, kItemVectors]
 };
 
 Scratch& ThreadScratch() {
@@ -163,8 +164,13 @@ struct QueryState {
 };
 
 // The largest group of query vectors (of one item, with the same key range
-// in a tile) that share each key and value load.
-constexpr int kMaxGroup = 4;
+// in a tile) that share each key and value load: eight where the tier has 32
+// vector registers, so an f16 key or value vector (whose widening costs two
+// uops on the FMA ports of the cores measured here) feeds eight FMAs, not
+// four; four on avx2, whose F32x16 takes two of its 16 registers.
+constexpr int kMaxGroup = simd::kRegistersPerVector == 1 ? 8 : 4;
+// TileScores' largest group: its q chunks and sums fill the registers at 4.
+constexpr int kMaxRowsGroup = 4;
 
 // q . k for the 16 keys of a tile into lane j, for each of NV query vectors
 // q[v]: per key, 16 partial sums (lane l of the width takes elements l,
@@ -236,6 +242,10 @@ void TileScoresAnyWidth(const float* const* q, TileRows<E> rows, int32_t chunks,
 
 template <typename E>
 void GroupScores(int nv, const float* const* q, TileRows<E> rows, int32_t chunks, int32_t k_dim, F32x16* scores) {
+  if (nv > kMaxRowsGroup) {  // in groups of four (a vector's bytes do not depend on its group)
+    GroupScores(kMaxRowsGroup, q, rows, chunks, k_dim, scores);
+    return GroupScores(nv - kMaxRowsGroup, q + kMaxRowsGroup, rows, chunks, k_dim, scores + kMaxRowsGroup);
+  }
   switch (nv) {
     case 1: return TileScoresAnyWidth<1>(q, rows, chunks, k_dim, scores);
     case 2: return TileScoresAnyWidth<2>(q, rows, chunks, k_dim, scores);
@@ -252,41 +262,62 @@ void GroupScores(int nv, const float* const* q, TileRows<E> rows, int32_t chunks
 // operations in the same order on each key, so the same bytes as
 // TileScores on rows (a cache's layout must not change a row's result): 15
 // adds per vector and tile where the tree on rows costs 15 adds and 30
-// shuffles. k_dim = 16 * chunks; KC > 0 fixes chunks at compile time.
+// shuffles. k_dim = 16 * chunks; KC > 0 fixes chunks at compile time. qt:
+// the group's first vector in the item's transposed q (Scratch::qt),
+// element e of vector v at qt[e * kItemVectors + v].
 template <int NV, int KC, typename E>
-void PanelScores(const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
+void PanelScores(const float* qt, TileRows<E> panel, int32_t chunks, F32x16* scores) {
   if constexpr (KC > 0) chunks = KC;
   // quad(l): the tree's second-level sum of lane classes l, l+8, l+4 and
   // l+12, (l + l+8) + (l+4 + l+12). Their FMA chains run kPass classes at a
   // time: as many as keep the NV x kPass accumulators within 3/4 of the
   // tier's vector registers (the rest hold a key vector and q's broadcast):
-  // all four on avx512; on avx2, whose F32x16 takes two of its 16, fewer.
+  // all four on avx512 up to six vectors, two for seven and eight; on avx2,
+  // whose F32x16 takes two of its 16, fewer.
   constexpr int kAccRegisters = simd::kVectorRegisters * 3 / 4;
   constexpr int kPass = NV * 4 * simd::kRegistersPerVector <= kAccRegisters   ? 4
                         : NV * 2 * simd::kRegistersPerVector <= kAccRegisters ? 2
                                                                               : 1;
-  auto quad = [&](int l, F32x16* out) {
+  // Panel rows are 16 elements apart; with KC fixed every address below is
+  // a constant offset from one of two pointers.
+  const E* keys = panel.row(0);
+  auto quad = [&](int l, F32x16* out) __attribute__((always_inline)) {
     constexpr int kClass[4] = {0, 8, 4, 12};
-    F32x16 done[NV][4];
+    // The pair sums (l + l+8) and (l+4 + l+12), each formed as soon as its
+    // two chains are done (a pass of two then holds NV sums, not 2 NV chains).
+    F32x16 pair[NV][2], first[NV];
+#pragma GCC unroll 4
     for (int k0 = 0; k0 < 4; k0 += kPass) {
       F32x16 a[NV][kPass];
       for (int v = 0; v < NV; ++v) {
         for (int k = 0; k < kPass; ++k) a[v][k] = simd::Set1(0.0f);
       }
+#pragma GCC unroll 16
       for (int32_t c = 0; c < chunks; ++c) {
+#pragma GCC unroll 4
         for (int k = 0; k < kPass; ++k) {
           const int cls = kClass[k0 + k];
-          const F32x16 kt = LoadRow(panel.row(16 * c + 4 * l + cls / 4));  // element 16c + l + cls's slot (PanelSlot)
-          for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(simd::Set1(q[v][16 * c + l + cls]), kt, a[v][k]);
+          // Element 16c + l + cls: its panel row (PanelSlot) and its q column.
+          const F32x16 kt = LoadRow(keys + (16 * c + 4 * l + cls / 4) * kTile);
+          const float* qe = qt + (16 * c + l + cls) * kItemVectors;
+#pragma GCC unroll 8
+          for (int v = 0; v < NV; ++v) a[v][k] = simd::Fma(simd::Set1(qe[v]), kt, a[v][k]);
         }
       }
       for (int v = 0; v < NV; ++v) {
-        for (int k = 0; k < kPass; ++k) done[v][k0 + k] = a[v][k];
+        if constexpr (kPass == 4) {
+          pair[v][0] = simd::Add(a[v][0], a[v][1]);
+          pair[v][1] = simd::Add(a[v][2], a[v][3]);
+        } else if constexpr (kPass == 2) {
+          pair[v][k0 / 2] = simd::Add(a[v][0], a[v][1]);
+        } else if (k0 % 2 == 0) {
+          first[v] = a[v][0];
+        } else {
+          pair[v][k0 / 2] = simd::Add(first[v], a[v][0]);
+        }
       }
     }
-    for (int v = 0; v < NV; ++v) {
-      out[v] = simd::Add(simd::Add(done[v][0], done[v][1]), simd::Add(done[v][2], done[v][3]));
-    }
+    for (int v = 0; v < NV; ++v) out[v] = simd::Add(pair[v][0], pair[v][1]);
   };
   F32x16 x[NV], y[NV], h[NV];
   quad(0, x);
@@ -298,55 +329,64 @@ void PanelScores(const float* const* q, TileRows<E> panel, int32_t chunks, F32x1
 }
 
 template <int NV, typename E>
-void PanelScoresAnyWidth(const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
+void PanelScoresAnyWidth(const float* qt, TileRows<E> panel, int32_t chunks, F32x16* scores) {
   switch (chunks) {  // the common head sizes (64, 128, 256) unrolled
-    case 4: return PanelScores<NV, 4>(q, panel, chunks, scores);
-    case 8: return PanelScores<NV, 8>(q, panel, chunks, scores);
-    case 16: return PanelScores<NV, 16>(q, panel, chunks, scores);
-    default: return PanelScores<NV, 0>(q, panel, chunks, scores);
+    case 4: return PanelScores<NV, 4>(qt, panel, chunks, scores);
+    case 8: return PanelScores<NV, 8>(qt, panel, chunks, scores);
+    case 16: return PanelScores<NV, 16>(qt, panel, chunks, scores);
+    default: return PanelScores<NV, 0>(qt, panel, chunks, scores);
   }
 }
 
 template <typename E>
-void GroupPanelScores(int nv, const float* const* q, TileRows<E> panel, int32_t chunks, F32x16* scores) {
+void GroupPanelScores(int nv, const float* qt, TileRows<E> panel, int32_t chunks, F32x16* scores) {
   switch (nv) {
-    case 1: return PanelScoresAnyWidth<1>(q, panel, chunks, scores);
-    case 2: return PanelScoresAnyWidth<2>(q, panel, chunks, scores);
-    case 3: return PanelScoresAnyWidth<3>(q, panel, chunks, scores);
-    default: return PanelScoresAnyWidth<4>(q, panel, chunks, scores);
+    case 1: return PanelScoresAnyWidth<1>(qt, panel, chunks, scores);
+    case 2: return PanelScoresAnyWidth<2>(qt, panel, chunks, scores);
+    case 3: return PanelScoresAnyWidth<3>(qt, panel, chunks, scores);
+    case 4: return PanelScoresAnyWidth<4>(qt, panel, chunks, scores);
+  }
+  if constexpr (kMaxGroup > 4) {
+    switch (nv) {
+      case 5: return PanelScoresAnyWidth<5>(qt, panel, chunks, scores);
+      case 6: return PanelScoresAnyWidth<6>(qt, panel, chunks, scores);
+      case 7: return PanelScoresAnyWidth<7>(qt, panel, chunks, scores);
+      default: return PanelScoresAnyWidth<8>(qt, panel, chunks, scores);
+    }
   }
 }
 
 // For each of NV vectors: acc[v][0, 16 chunks) = acc[v] * corr[v] + sum over
-// keys [a, b) of p[v][jj] * v[jj], in key order per element; four chunks at
+// keys [a, b) of p[v][jj] * v[jj], in key order per element; kPass chunks at
 // a time (independent chains), each value chunk loaded once for the NV.
 template <int NV, typename E>
 void AccumulateValues(float* const* acc, const float* corr, const float (*p)[kTile], int32_t a, int32_t b,
                       TileRows<E> rows, int32_t chunks) {
+  // Four chunks of sums per vector while NV x 4 leave registers for the
+  // values; two above six vectors. An element's sum is the same either way.
+  constexpr int kPass = NV <= 6 ? 4 : 2;
   // acc * 1 is acc: the multiply is skipped then, bits unchanged.
   auto scaled = [&](int v, const float* x) {
     return corr[v] == 1.0f ? simd::Load(x) : simd::Mul(simd::Load(x), simd::Set1(corr[v]));
   };
   int32_t d = 0;
   const int32_t padded = 16 * chunks;
-  for (; d + 64 <= padded; d += 64) {
-    F32x16 s[NV][4];
+  for (; d + 16 * kPass <= padded; d += 16 * kPass) {
+    F32x16 s[NV][kPass];
     for (int v = 0; v < NV; ++v) {
-      for (int i = 0; i < 4; ++i) s[v][i] = scaled(v, acc[v] + d + 16 * i);
+      for (int i = 0; i < kPass; ++i) s[v][i] = scaled(v, acc[v] + d + 16 * i);
     }
     for (int32_t jj = a; jj < b; ++jj) {
       const E* vj = rows.row(jj) + d;
-      const F32x16 r0 = LoadRow(vj), r1 = LoadRow(vj + 16), r2 = LoadRow(vj + 32), r3 = LoadRow(vj + 48);
+      F32x16 r[kPass];
+      for (int i = 0; i < kPass; ++i) r[i] = LoadRow(vj + 16 * i);
       for (int v = 0; v < NV; ++v) {
         const F32x16 pj = simd::Set1(p[v][jj]);
-        s[v][0] = simd::Fma(pj, r0, s[v][0]);
-        s[v][1] = simd::Fma(pj, r1, s[v][1]);
-        s[v][2] = simd::Fma(pj, r2, s[v][2]);
-        s[v][3] = simd::Fma(pj, r3, s[v][3]);
+        for (int i = 0; i < kPass; ++i) s[v][i] = simd::Fma(pj, r[i], s[v][i]);
       }
     }
     for (int v = 0; v < NV; ++v) {
-      for (int i = 0; i < 4; ++i) simd::Store(acc[v] + d + 16 * i, s[v][i]);
+      for (int i = 0; i < kPass; ++i) simd::Store(acc[v] + d + 16 * i, s[v][i]);
     }
   }
   for (; d < padded; d += 16) {
@@ -367,7 +407,15 @@ void GroupValues(int nv, float* const* acc, const float* corr, const float (*p)[
     case 1: return AccumulateValues<1>(acc, corr, p, a, b, rows, chunks);
     case 2: return AccumulateValues<2>(acc, corr, p, a, b, rows, chunks);
     case 3: return AccumulateValues<3>(acc, corr, p, a, b, rows, chunks);
-    default: return AccumulateValues<4>(acc, corr, p, a, b, rows, chunks);
+    case 4: return AccumulateValues<4>(acc, corr, p, a, b, rows, chunks);
+  }
+  if constexpr (kMaxGroup > 4) {
+    switch (nv) {
+      case 5: return AccumulateValues<5>(acc, corr, p, a, b, rows, chunks);
+      case 6: return AccumulateValues<6>(acc, corr, p, a, b, rows, chunks);
+      case 7: return AccumulateValues<7>(acc, corr, p, a, b, rows, chunks);
+      default: return AccumulateValues<8>(acc, corr, p, a, b, rows, chunks);
+    }
   }
 }
 
@@ -415,6 +463,14 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
   // block: blocks are whole panels); lanes of positions no vector reads hold
   // whatever the cache holds there, and their scores are masked below.
   const bool panels = KeysInPanels(type, cache.v != cache.k, bt, g.k_dim);
+  if (panels) {
+    // Element e of vector i at qt[e * kItemVectors + i]: a group's q.k then
+    // broadcasts its elements at fixed offsets from one pointer (a pointer
+    // per vector left too few general registers for eight of them).
+    for (int32_t i = 0; i < n; ++i) {
+      for (int32_t e = 0; e < g.k_dim; ++e) s.qt.data()[e * kItemVectors + i] = st[i].q[e];
+    }
+  }
   float p[kMaxGroup][kTile];
   for (int32_t base = lo_all / kTile * kTile; base < hi_all; base += kTile) {
     // The positions of this tile some vector reads.
@@ -483,9 +539,9 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
       F32x16 sc[kMaxGroup];
       if (panels) {
         if (type == DType::kF16) {
-          GroupPanelScores(nv, qs, panel_h, k_chunks, sc);
+          GroupPanelScores(nv, s.qt.data() + i, panel_h, k_chunks, sc);
         } else {
-          GroupPanelScores(nv, qs, panel_f, k_chunks, sc);
+          GroupPanelScores(nv, s.qt.data() + i, panel_f, k_chunks, sc);
         }
       } else if (half) {
         GroupScores(nv, qs, kh, k_chunks, g.k_dim, sc);
@@ -561,6 +617,7 @@ void Attention(const float* q, const int32_t* bounds, const int64_t* kv_rows, in
   s.k.Reset(k_dim);
   s.v.Reset(v_dim);
   s.acc.Grow(static_cast<size_t>(kItemVectors) * RoundUp16(v_dim));
+  s.qt.Grow(static_cast<size_t>(kItemVectors) * RoundUp16(k_dim));
   // Items in order (per run of rows reading one cache: kv heads, then
   // blocks of rows, then blocks of heads), each costing
   // its (vector, key) pairs. Every thread walks the same list twice: once

@@ -302,9 +302,10 @@ TEST_P(AttentionKernelTest, ARowDependsOnlyOnItsQueryAndKeyRange) {
       ExpectRowsIndependentOfTheirStep({9, 3, 64, 64}, type, window);
       ExpectRowsIndependentOfTheirStep({4, 1, 256, 256}, type, window);
       ExpectRowsIndependentOfTheirStep({6, 2, 40, 24}, type, window);
-      // Groups of vectors that share loads: 7 heads per kv head (a run of 4
-      // and one of 3 in a row alone), and one head per kv head (a group is
-      // then rows of a span, and a row alone is a group of one).
+      // Groups of vectors that share loads: 7 heads per kv head (a run of 7
+      // in a row alone on avx512, of 4 and 3 on avx2; runs of 8 across rows
+      // of a span), and one head per kv head (a group is then rows of a
+      // span, and a row alone is a group of one).
       ExpectRowsIndependentOfTheirStep({14, 2, 64, 64}, type, window);
       ExpectRowsIndependentOfTheirStep({8, 8, 80, 80}, type, window);
       // 128-wide heads: keys in panels of 8 x 16 elements (other widths
