@@ -537,8 +537,6 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
       }
       if (a >= b) continue;
       const int nv = i_end - i;
-      const float* qs[kMaxGroup];
-      for (int j = 0; j < nv; ++j) qs[j] = st[i + j].q;
       F32x16 sc[kMaxGroup];
       if (panels) {
         if (type == DType::kF16) {
@@ -546,10 +544,14 @@ void RunItem(const float* q, const int32_t* bounds, const KvRowView& cache, floa
         } else {
           GroupPanelScores(nv, s.qt.data() + i, panel_f, k_chunks, sc);
         }
-      } else if (half) {
-        GroupScores(nv, qs, kh, k_chunks, g.k_dim, sc);
       } else {
-        GroupScores(nv, qs, kf, k_chunks, g.k_dim, sc);
+        const float* qs[kMaxGroup];  // rows read q through a pointer per vector
+        for (int j = 0; j < nv; ++j) qs[j] = st[i + j].q;
+        if (half) {
+          GroupScores(nv, qs, kh, k_chunks, g.k_dim, sc);
+        } else {
+          GroupScores(nv, qs, kf, k_chunks, g.k_dim, sc);
+        }
       }
       // The online softmax, per vector; the vectors with any finite score
       // go on to the values.
