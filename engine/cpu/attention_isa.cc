@@ -291,12 +291,21 @@ void PanelScores(const float* qt, TileRows<E> panel, int32_t chunks, F32x16* sco
     F32x16 pair[NV][2], first[NV];
 #pragma GCC unroll 4
     for (int k0 = 0; k0 < 4; k0 += kPass) {
+      // A chain starts with its first product, not an FMA on zero (which
+      // made GCC copy the key vector into each accumulator first); the two
+      // differ only in the sign of an exactly zero sum, which nothing below
+      // tells apart (0 * scale, exp(0 - m), max and == treat -0 as 0).
       F32x16 a[NV][kPass];
-      for (int v = 0; v < NV; ++v) {
-        for (int k = 0; k < kPass; ++k) a[v][k] = simd::Set1(0.0f);
+#pragma GCC unroll 4
+      for (int k = 0; k < kPass; ++k) {
+        const int cls = kClass[k0 + k];
+        const F32x16 kt = LoadRow(keys + (4 * l + cls / 4) * kTile);
+        const float* qe = qt + (l + cls) * kItemVectors;
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) a[v][k] = simd::Mul(simd::Set1(qe[v]), kt);
       }
 #pragma GCC unroll 16
-      for (int32_t c = 0; c < chunks; ++c) {
+      for (int32_t c = 1; c < chunks; ++c) {
 #pragma GCC unroll 4
         for (int k = 0; k < kPass; ++k) {
           const int cls = kClass[k0 + k];
