@@ -225,7 +225,8 @@ class ServerCollectable final : public prometheus::Collectable {
         OneValue("decoded_http_requests_total", "HTTP requests handed to the API's routes.", MetricType::Counter,
                  s.http_requests_total),
         OneValue("decoded_http_requests_refused_total",
-                 "HTTP requests the server answered itself: malformed framing or a limit (400, 413, 417, 431, 501).",
+                 "HTTP requests the server answered itself: malformed framing or a limit (400, 413, 414, 417, 431, "
+                 "501).",
                  MetricType::Counter, s.http_requests_refused_total),
         OneValue("decoded_http_tls_handshakes_failed_total",
                  "HTTPS connections closed before a request: a plaintext client, a failed or timed-out handshake.",

@@ -55,7 +55,7 @@ struct ServerState {
   int64_t http_connections_accepted_total = 0;
   int64_t http_connections_refused_total = 0;  // over its max_connections
   int64_t http_requests_total = 0;             // handed to the routes
-  int64_t http_requests_refused_total = 0;     // 400 / 413 / 417 / 431 / 501 by the server itself
+  int64_t http_requests_refused_total = 0;     // 400 / 413 / 414 / 417 / 431 / 501 by the server itself
   int64_t http_tls_handshakes_failed_total = 0;
 };
 

@@ -428,7 +428,19 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   }
 
   void OnReadError(beast::error_code ec) {
-    if (ec == bhttp::error::header_limit) return Refuse(431, "request header fields too large");
+    if (ec == bhttp::error::header_limit) {
+      // The limit counts the request line too; when that line alone does
+      // not end within it, the target is what is too long: 414 (RFC 9110
+      // 15.5.15), as nginx answers a request line that overflows its header
+      // buffer. Beast parses the request line once it has it whole (then
+      // the target is set); until then the bytes stay in the buffer.
+      const absl::string_view read(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+      if (parser_->get().target().empty() &&
+          !absl::StrContains(read.substr(0, static_cast<size_t>(server_->options.max_header_bytes)), "\r\n")) {
+        return Refuse(414, "request target too long");
+      }
+      return Refuse(431, "request header fields too large");
+    }
     if (ec == bhttp::error::body_limit) {
       return Refuse(413, absl::StrCat("request body larger than ", server_->options.max_body_bytes, " bytes"));
     }

@@ -12,7 +12,8 @@
 // only once the reply is written, so pipelined requests are answered in
 // order. Limits, each answered before any handler sees the request:
 //   max_connections     a connection beyond it is closed at once;
-//   max_header_bytes    431 Request Header Fields Too Large, then close;
+//   max_header_bytes    431 Request Header Fields Too Large (414 URI Too Long
+//                       when the request line alone overflows it), then close;
 //   max_body_bytes      413 Content Too Large, then close (Content-Length
 //                       or chunked, counted as the body arrives);
 //   malformed framing   400 Bad Request, then close;
@@ -66,7 +67,7 @@ struct HttpServerCounters {
   int64_t connections_accepted = 0;
   int64_t connections_refused = 0;  // closed at once: max_connections were open
   int64_t requests = 0;             // requests handed to the handler
-  int64_t requests_refused = 0;     // answered 400 / 413 / 431 by the server itself
+  int64_t requests_refused = 0;     // answered 400 / 413 / 414 / 431 by the server itself
   int64_t tls_handshakes_failed = 0;  // TLS: closed before a request (plaintext client, timeout, bad handshake)
 };
 

@@ -1,7 +1,7 @@
 // OpenAI's error object (https://platform.openai.com/docs/guides/error-codes):
 // {"error": {"message": ..., "type": ..., "param": ..., "code": ...}} with
 // the HTTP status, for every error the HTTP front door answers, the HTTP
-// server's own (400 malformed, 413, 431) included, so a client's SDK maps
+// server's own (400 malformed, 413, 414, 431) included, so a client's SDK maps
 // each to its exception type.
 #ifndef DECODED_SERVER_HTTP_OPENAI_ERROR_H_
 #define DECODED_SERVER_HTTP_OPENAI_ERROR_H_

@@ -1,6 +1,6 @@
 // server/http/http_server.h over real sockets: requests and replies, keep-alive
-// and pipelining in order, the limits answered before the handler (431, 413,
-// 400), Expect: 100-continue, chunked bodies, the request timeout against a
+// and pipelining in order, the limits answered before the handler (431, 414,
+// 413, 400), Expect: 100-continue, chunked bodies, the request timeout against a
 // client that trickles, max_connections, replies from other threads, an
 // exchange dropped without a reply, Stop with a request still open, and
 // streamed replies: chunked then the next request on the connection, closed
@@ -274,6 +274,28 @@ TEST(HttpServerTest, TooLargeHeaderGets431AndTheConnectionEnds) {
   EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
   EXPECT_EQ(handled.load(), 0);
   EXPECT_EQ(server->Counters().requests_refused, 1);
+}
+
+// An outside tester's long URL got 431: the limit counts the request line,
+// but what is too long there is the target.
+TEST(HttpServerTest, TooLongRequestTargetGets414AndTheConnectionEnds) {
+  HttpServerOptions o;
+  o.max_header_bytes = 4096;
+  std::atomic<int> handled{0};
+  auto server = StartServer(Counting(&handled), o);
+  Client c(server->port());
+  ASSERT_TRUE(c.Send(Get(absl::StrCat("/v1/models?x=", std::string(8000, 'a')))));
+  Client::Response r = c.ReadResponse();
+  EXPECT_EQ(r.status, 414);
+  EXPECT_TRUE(absl::StrContains(r.body, "\"type\":\"invalid_request_error\"")) << r.body;
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+  EXPECT_EQ(handled.load(), 0);
+  EXPECT_EQ(server->Counters().requests_refused, 1);
+  // A target that fits, with headers that do not: still 431.
+  Client d(server->port());
+  ASSERT_TRUE(
+      d.Send(Get(absl::StrCat("/", std::string(3000, 'a')), absl::StrCat("X-Big: ", std::string(3000, 'b'), "\r\n"))));
+  EXPECT_EQ(d.ReadResponse().status, 431);
 }
 
 TEST(HttpServerTest, TooLargeBodyGets413ByContentLengthOrChunks) {
