@@ -35,7 +35,11 @@ class Routes {
   // The reply, or nullopt when a completion route took the exchange.
   std::optional<HttpResponse> Handle(const std::shared_ptr<HttpExchange>& exchange) const {
     const HttpRequest& req = exchange->request();
-    const std::string& path = req.path;
+    // One trailing slash is the route without it ("/v1/models/" lists the
+    // models, as FastAPI servers such as vLLM answer it after a redirect):
+    // an id's own '/' arrives percent-encoded, so none ends a path.
+    absl::string_view path = req.path;
+    if (path.size() > 1 && absl::EndsWith(path, "/")) path.remove_suffix(1);
     if (path == "/health") {
       if (req.method != "GET" && req.method != "HEAD") return MethodNotAllowed(req, "GET, HEAD");
       const ServingState s = options_.serving_state();

@@ -119,6 +119,13 @@ TEST(OpenAiRoutesTest, ModelsListsTheServedModel) {
   r = f.Call("GET", "/v1/models/gemma-3-270m-q4_k_m");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(json::parse(r.body)["id"], "gemma-3-270m-q4_k_m");
+  // A trailing slash is the route without it (an outside tester's
+  // "/v1/models/" got "the model '' does not exist").
+  r = f.Call("GET", "/v1/models/");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["object"], "list");
+  EXPECT_EQ(json::parse(f.Call("GET", "/v1/models/gemma-3-270m-q4_k_m/").body)["id"], "gemma-3-270m-q4_k_m");
+  EXPECT_EQ(f.Call("GET", "/health/").status, 200);
   // An id is matched percent-decoded (the SDKs encode '/' and ' ').
   f.model.id = "org/My Model";
   EXPECT_EQ(f.Call("GET", "/v1/models/org%2FMy%20Model").status, 200);
