@@ -16,6 +16,7 @@
 #include "engine/runtime.h"
 #include "engine/serving/scheduler.h"
 #include "engine/serving/serving_model.h"
+#include "engine/serving/turn_field.h"
 #include "engine/serving/turn_runner.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -123,8 +124,8 @@ absl::Status NormalizeRoles(std::vector<ChatMessage>& messages) {
     std::string& role = messages[i].role;
     if (role == "model") role = "assistant";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "]: unknown role \"", ToValidUtf8(role),
-                                                     "\" (expected system, user, assistant, model or tool)"));
+      return TurnFieldError(TurnField::kInput, absl::StrCat("messages[", i, "]: unknown role \"", ToValidUtf8(role),
+                                                            "\" (expected system, user, assistant, model or tool)"));
     }
   }
   return absl::OkStatus();
@@ -304,14 +305,14 @@ class EngineImpl final : public Engine {
     // when the turn opens an empty context.
     switch (turn.kind) {
       case TurnRequest::InputKind::kText: {
-        if (turn.text.empty()) return absl::InvalidArgumentError("the turn's text is empty");
+        if (turn.text.empty()) return TurnFieldError(TurnField::kInput, "the turn's text is empty");
         const ThreadLoan loan(lent_threads_.get(), turn.text.size() >= kLoanBytes);
         prepared.prompt = tok.Encode(turn.text, /*add_bos=*/false, /*parse_special=*/true);
         prepared.bos_id = tok.prompt_bos_id();
         break;
       }
       case TurnRequest::InputKind::kMessages: {
-        if (turn.messages.empty()) return absl::InvalidArgumentError("the turn has no messages");
+        if (turn.messages.empty()) return TurnFieldError(TurnField::kInput, "the turn has no messages");
         // Text and token turns keep working on a model whose template is
         // missing or beyond the renderer; chat turns say why they cannot.
         if (absl::Status usable = tok.chat_template_status(); !usable.ok()) {
@@ -434,55 +435,56 @@ class EngineImpl final : public Engine {
       for (const ChatMessage& m : turn.messages) bytes += static_cast<int64_t>(m.content.size());
     }
     if (bytes > max_input_bytes_) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return TurnFieldError(TurnField::kInput, absl::StrCat(
           "the turn's input has ", bytes, " bytes, more than a session's context of ", info_.session_context_length,
           " tokens can hold (", max_input_bytes_, " bytes at most: no token of this vocabulary spells more than ",
           max_input_bytes_ / info_.session_context_length, ")"));
     }
     if (turn.kind == TurnRequest::InputKind::kText && bytes > limits_.max_text_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("the turn's text has ", bytes,
-                                                     " bytes, over the server's limit of ", limits_.max_text_bytes,
-                                                     " (max_text_bytes)"));
+      return TurnFieldError(TurnField::kInput, absl::StrCat("the turn's text has ", bytes,
+                                                            " bytes, over the server's limit of ",
+                                                            limits_.max_text_bytes, " (max_text_bytes)"));
     }
     if (turn.kind == TurnRequest::InputKind::kMessages) {
       if (static_cast<int64_t>(turn.messages.size()) > limits_.max_chat_messages) {
-        return absl::InvalidArgumentError(absl::StrCat("the turn has ", turn.messages.size(),
-                                                       " messages, over the server's limit of ",
-                                                       limits_.max_chat_messages, " (max_chat_messages)"));
+        return TurnFieldError(TurnField::kInput, absl::StrCat("the turn has ", turn.messages.size(),
+                                                              " messages, over the server's limit of ",
+                                                              limits_.max_chat_messages, " (max_chat_messages)"));
       }
       int64_t total = 0;
       for (const ChatMessage& m : turn.messages) {
         total += static_cast<int64_t>(m.role.size() + m.content.size()) + kChatMessageOverheadBytes;
       }
       if (total > limits_.max_text_bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
+        return TurnFieldError(TurnField::kInput, absl::StrCat(
             "the turn's messages count ", total, " bytes (roles and contents, ", kChatMessageOverheadBytes,
             " more per message), over the server's limit of ", limits_.max_text_bytes, " (max_text_bytes)"));
       }
     }
     const std::vector<std::string>& stops = turn.stopping.stop_sequences;
     if (static_cast<int64_t>(stops.size()) > limits_.max_stop_sequences) {
-      return absl::InvalidArgumentError(absl::StrCat("the turn has ", stops.size(),
-                                                     " stop sequences, over the server's limit of ",
-                                                     limits_.max_stop_sequences, " (max_stop_sequences)"));
+      return TurnFieldError(TurnField::kStopSequences,
+                            absl::StrCat("the turn has ", stops.size(), " stop sequences, over the server's limit of ",
+                                         limits_.max_stop_sequences, " (max_stop_sequences)"));
     }
     int64_t stop_bytes = 0;
     for (const std::string& stop : stops) stop_bytes += static_cast<int64_t>(stop.size());
     if (stop_bytes > limits_.max_text_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("the turn's stop sequences have ", stop_bytes,
-                                                     " bytes, over the server's limit of ", limits_.max_text_bytes,
-                                                     " (max_text_bytes)"));
+      return TurnFieldError(TurnField::kStopSequences,
+                            absl::StrCat("the turn's stop sequences have ", stop_bytes,
+                                         " bytes, over the server's limit of ", limits_.max_text_bytes,
+                                         " (max_text_bytes)"));
     }
     if (turn.stopping.stop_token_ids.size() > static_cast<size_t>(kMaxStopTokenIds)) {
-      return absl::InvalidArgumentError(absl::StrCat("the turn has ", turn.stopping.stop_token_ids.size(),
-                                                     " stop token ids, over the server's limit of ",
-                                                     kMaxStopTokenIds));
+      return TurnFieldError(TurnField::kStopTokenIds,
+                            absl::StrCat("the turn has ", turn.stopping.stop_token_ids.size(),
+                                         " stop token ids, over the server's limit of ", kMaxStopTokenIds));
     }
     if (turn.kind == TurnRequest::InputKind::kTokens &&
         static_cast<int64_t>(turn.tokens.size()) > limits_.max_token_ids) {
-      return absl::InvalidArgumentError(absl::StrCat("the turn has ", turn.tokens.size(),
-                                                     " tokens, over the server's limit of ", limits_.max_token_ids,
-                                                     " (max_token_ids)"));
+      return TurnFieldError(TurnField::kInput, absl::StrCat("the turn has ", turn.tokens.size(),
+                                                            " tokens, over the server's limit of ",
+                                                            limits_.max_token_ids, " (max_token_ids)"));
     }
     return absl::OkStatus();
   }

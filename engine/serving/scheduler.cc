@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
+#include "engine/serving/turn_field.h"
 
 namespace decoded::serving {
 
@@ -131,23 +132,26 @@ absl::StatusOr<SessionId> Scheduler::Open() {
 absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) {
   const Clock::time_point accepted = Clock::now();
   if (turn.chat ? turn.messages.empty() : turn.prompt.empty()) {
-    return absl::InvalidArgumentError("the turn's input is empty");
+    return TurnFieldError(TurnField::kInput, "the turn's input is empty");
   }
   const int32_t vocab = model_->vocab_size();
   for (int32_t t : turn.prompt) {
     if (t < 0 || t >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
+      return TurnFieldError(TurnField::kInput,
+                            absl::StrCat("token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
   for (int32_t t : turn.stopping.stop_token_ids) {
     if (t < 0 || t >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stop token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
+      return TurnFieldError(TurnField::kStopTokenIds,
+                            absl::StrCat("stop token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
-  if (turn.stopping.max_new_tokens < 0) return absl::InvalidArgumentError("max_new_tokens must be >= 0");
+  if (turn.stopping.max_new_tokens < 0) {
+    return TurnFieldError(TurnField::kMaxNewTokens, "max_new_tokens must be >= 0");
+  }
   for (const std::string& stop : turn.stopping.stop_sequences) {
-    if (stop.empty()) return absl::InvalidArgumentError("stop sequences must not be empty");
+    if (stop.empty()) return TurnFieldError(TurnField::kStopSequences, "stop sequences must not be empty");
   }
   if (absl::Status s = ValidateSamplingParams(turn.sampling); !s.ok()) return s;
 
@@ -242,9 +246,9 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
   }
   const int64_t room = s->ctx->capacity() - keep;
   if (static_cast<int64_t>(turn.prompt.size()) > room) {
-    return absl::InvalidArgumentError(absl::StrCat("the input needs ", turn.prompt.size(),
-                                                   " tokens but the session's context has ", room, " of ",
-                                                   s->ctx->capacity(), " left"));
+    return TurnFieldError(TurnField::kInput, absl::StrCat("the input needs ", turn.prompt.size(),
+                                                          " tokens but the session's context has ", room, " of ",
+                                                          s->ctx->capacity(), " left"));
   }
   if (const KvBlockCounts pool = model_->kv_blocks(); pool.block_tokens > 0) {
     // A prompt maps all its blocks at its first span (MapPromptKvLocked):

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "engine/serving/turn_field.h"
 #include "server/http/openai_error.h"
 
 namespace decoded::server::http {
@@ -235,7 +236,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   void FinishStream() {
     if (end_.reason == FinishReason::kError) {
       const HttpResponse error =
-          StatusToOpenAiError(end_.error.ok() ? absl::InternalError("the turn failed") : end_.error);
+          StatusToOpenAiError(end_.error.ok() ? absl::InternalError("the turn failed") : end_.error, request_.endpoint);
       exchange_->Write(absl::StrCat("data: ", error.body, "\n\n"));
     }
     json choice;
@@ -313,7 +314,8 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   HttpResponse Reply() const {
     switch (end_.reason) {
       case FinishReason::kError:
-        return StatusToOpenAiError(end_.error.ok() ? absl::InternalError("the turn failed") : end_.error);
+        return StatusToOpenAiError(end_.error.ok() ? absl::InternalError("the turn failed") : end_.error,
+                                   request_.endpoint);
       case FinishReason::kShutdown:
         return OpenAiError(503, "server_error", "the server is shutting down: the turn was cut short", "",
                            "unavailable");
@@ -420,9 +422,32 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
 
 }  // namespace
 
-HttpResponse StatusToOpenAiError(const absl::Status& status) {
+namespace {
+
+// The request field an engine check refused, in the API's names (the chat
+// endpoint's input is its messages, the completions endpoint's its prompt).
+std::string EngineParam(const absl::Status& status, OpenAiEndpoint endpoint) {
+  const std::optional<serving::TurnField> field = serving::TurnFieldOf(status);
+  if (!field) return "";
+  switch (*field) {
+    case serving::TurnField::kInput:
+      return endpoint == OpenAiEndpoint::kChatCompletions ? "messages" : "prompt";
+    case serving::TurnField::kStopSequences:
+      return "stop";
+    case serving::TurnField::kStopTokenIds:
+      return "stop_token_ids";
+    case serving::TurnField::kMaxNewTokens:
+      return endpoint == OpenAiEndpoint::kChatCompletions ? "max_completion_tokens" : "max_tokens";
+  }
+  return "";
+}
+
+}  // namespace
+
+HttpResponse StatusToOpenAiError(const absl::Status& status, OpenAiEndpoint endpoint) {
   const std::string message(status.message());
-  const std::string param = ErrorParam(status);
+  std::string param = ErrorParam(status);
+  if (param.empty()) param = EngineParam(status, endpoint);
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
@@ -449,7 +474,7 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
            std::shared_ptr<HttpExchange> exchange, OpenAiEndpoint endpoint) {
   const CompletionsOptions& options = state->options;
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(exchange->request().body, endpoint);
-  if (!parsed.ok()) return exchange->Respond(StatusToOpenAiError(parsed.status()));
+  if (!parsed.ok()) return exchange->Respond(StatusToOpenAiError(parsed.status(), endpoint));
   OpenAiRequest& req = *parsed;
   const std::string model = options.served_model_name();
   if (req.model != model) {
@@ -473,14 +498,14 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
   if (req.echo) {
     if (turn.kind == serving::TurnRequest::InputKind::kTokens) {
       absl::StatusOr<std::string> text = engine->Detokenize(turn.tokens, /*render_special=*/false);
-      if (!text.ok()) return exchange->Respond(StatusToOpenAiError(text.status()));
+      if (!text.ok()) return exchange->Respond(StatusToOpenAiError(text.status(), endpoint));
       echo_text = *std::move(text);
       prompt_ids = turn.tokens;
     } else {
       echo_text = turn.text;
       if (req.logprobs) {
         absl::StatusOr<std::vector<int32_t>> ids = engine->Tokenize(turn.text, /*add_bos=*/true, /*parse_special=*/true);
-        if (!ids.ok()) return exchange->Respond(StatusToOpenAiError(ids.status()));
+        if (!ids.ok()) return exchange->Respond(StatusToOpenAiError(ids.status(), endpoint));
         turn.kind = serving::TurnRequest::InputKind::kTokens;
         turn.tokens = *std::move(ids);
         turn.text.clear();
@@ -491,7 +516,7 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
 
   auto refused = [&](const absl::Status& s) {
     if (absl::IsResourceExhausted(s) && options.on_rejected) options.on_rejected();
-    exchange->Respond(StatusToOpenAiError(s));
+    exchange->Respond(StatusToOpenAiError(s, endpoint));
   };
   std::shared_ptr<void> peer_slot;
   if (options.acquire_peer_slot) {
@@ -538,7 +563,7 @@ void OpenAiCompletions::Handle(std::shared_ptr<HttpExchange> exchange, OpenAiEnd
       });
   if (!queued.ok()) {
     if (state_->options.on_rejected) state_->options.on_rejected();
-    exchange->Respond(StatusToOpenAiError(queued));
+    exchange->Respond(StatusToOpenAiError(queued, endpoint));
   }
 }
 

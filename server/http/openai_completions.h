@@ -86,8 +86,10 @@ class OpenAiCompletions {
   std::shared_ptr<State> state_;
 };
 
-// An engine status as OpenAI's error object with the matching HTTP status.
-HttpResponse StatusToOpenAiError(const absl::Status& status);
+// An engine status as OpenAI's error object with the matching HTTP status;
+// "param" names the request field the parser or an engine check refused
+// (engine/serving/turn_field.h), in `endpoint`'s names.
+HttpResponse StatusToOpenAiError(const absl::Status& status, OpenAiEndpoint endpoint);
 
 }  // namespace decoded::server::http
 

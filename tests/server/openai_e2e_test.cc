@@ -379,11 +379,20 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
          400, "tools");
   // Invalid UTF-8 in a string is malformed JSON.
   expect("/v1/completions", absl::StrCat("{", m, ",\"prompt\":\"\xff\xfe\"}"), 400, "body");
-  // The engine's own checks: a prompt longer than the context, an id
-  // outside the vocabulary.
+  // The engine's own checks name the field too (engine/serving/turn_field.h;
+  // an outside tester found "param": null here): a prompt longer than the
+  // context, an id outside the vocabulary, more stop sequences than the
+  // server's limit (16), a chat turn's messages over the context.
   std::vector<int32_t> long_prompt(200, 7);
-  expect("/v1/completions", Completion(long_prompt, 1).dump(), 400, "");
-  expect("/v1/completions", Completion({2, 1 << 30}, 1).dump(), 400, "");
+  expect("/v1/completions", Completion(long_prompt, 1).dump(), 400, "prompt");
+  expect("/v1/completions", Completion({2, 1 << 30}, 1).dump(), 400, "prompt");
+  json many_stops = Completion(kPrompt, 1);
+  many_stops["stop"] = json::array();
+  for (int i = 0; i < 17; ++i) many_stops["stop"].push_back(absl::StrCat("s", i));
+  expect("/v1/completions", many_stops.dump(), 400, "stop");
+  expect("/v1/chat/completions",
+         absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":")", std::string(100000, 'x'), R"("}]})"), 400,
+         "messages");
   expect("/v1/models", "{}", 405, "");
 }
 
