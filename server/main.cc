@@ -181,8 +181,8 @@ ABSL_FLAG(int, max_step_tokens, 512,
 ABSL_FLAG(int, max_queued, 64, "queued turns beyond which turns get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, context_length, 2048, "KV capacity of one session, in tokens");
 ABSL_FLAG(int, max_connections, 0,
-          "gRPC connections open at once; more are closed at accept. 0: 1024, or fewer if the open files limit "
-          "(raised to its hard limit at start) leaves less");
+          "connections open at once on each door (gRPC, and HTTP with --http_listen); more are closed at accept. "
+          "0: 1024, or fewer if the open files limit (raised to its hard limit at start) leaves less");
 ABSL_FLAG(int, max_streams_per_connection, 100, "concurrent streams per connection (HTTP/2 MAX_CONCURRENT_STREAMS)");
 ABSL_FLAG(int, max_streams, 1024, "Generate streams open at once, with or without a session; beyond: RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_stream_resets_per_second, 500,
@@ -340,10 +340,13 @@ int main(int argc, char** argv) {
   }
 
   // Connections are file descriptors: the limit must hold them all, or
-  // accepting one more fails. A plaintext connection is relayed through the
-  // HTTP/2 guard (server/http2_guard.h): three descriptors; a TLS one, one.
+  // accepting one more fails. A plaintext gRPC connection is relayed through
+  // the HTTP/2 guard (server/http2_guard.h): three descriptors; a TLS one,
+  // one. With --http_listen the HTTP door takes as many connections again, one
+  // descriptor each.
   const int64_t open_files = RaiseOpenFilesLimit();
-  const int64_t per_connection = absl::GetFlag(FLAGS_tls_cert).empty() ? 3 : 1;
+  const int64_t per_connection =
+      (absl::GetFlag(FLAGS_tls_cert).empty() ? 3 : 1) + (absl::GetFlag(FLAGS_http_listen).empty() ? 0 : 1);
   const int64_t room = (open_files - kReservedDescriptors) / per_connection;
   int max_connections = absl::GetFlag(FLAGS_max_connections);
   if (max_connections == 0) {

@@ -218,6 +218,9 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     http_options.listen = options.http_listen;
     http_options.tls_cert_file = options.tls_cert_file;  // one certificate for both doors
     http_options.tls_key_file = options.tls_key_file;
+    // The daemon's descriptor budget counts each door's connections alike
+    // (server/main.cc).
+    http_options.max_connections = options.max_connections;
     absl::StatusOr<std::unique_ptr<http::HttpServer>> http =
         http::HttpServer::Start(http_options, http::OpenAiRoutes(std::move(routes)));
     if (!http.ok()) return http.status();

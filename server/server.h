@@ -77,7 +77,7 @@ struct ServerOptions {
   absl::Duration stuck_step_threshold = absl::Seconds(30);
 
   // Connections and streams (server/listener.h, server/stream_registry.h).
-  int max_connections = 1024;
+  int max_connections = 1024;            // on each door: gRPC, and HTTP (http_listen)
   int max_streams_per_connection = 100;  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
   int max_streams = 1024;                // Generate streams, all connections
   int max_sessions_per_peer = 0;         // 0: no limit
