@@ -420,10 +420,6 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
   std::vector<serving::TokenEvent> pending_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace
-
-namespace {
-
 // The request field an engine check refused, in the API's names (the chat
 // endpoint's input is its messages, the completions endpoint's its prompt).
 std::string EngineParam(const absl::Status& status, OpenAiEndpoint endpoint) {
