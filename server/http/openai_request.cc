@@ -204,6 +204,13 @@ absl::Status Parse(const json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) 
     }
   }
 
+  // Not applied yet: refused rather than dropped, as a dropped bias would
+  // silently change what the client asked to sample (an outside tester's
+  // {"abc": 5} and {"999999999": 5} got 200). An empty map asks for nothing.
+  if (const json* bias = f.Get("logit_bias"); bias != nullptr && !(bias->is_object() && bias->empty())) {
+    return Bad("logit_bias", "is not supported yet");
+  }
+
   std::optional<int64_t> n;
   if (absl::Status s = f.Integer("n", 1, 1, &n); !s.ok()) {
     return Bad("n", "only 1 is supported: a session's KV cache cannot be forked yet");

@@ -377,6 +377,8 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
          "messages[0].content[0].type");
   expect("/v1/chat/completions", absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":"x"}],"tools":[{}]})"),
          400, "tools");
+  // Refused, not dropped (an outside tester's bias was silently ignored).
+  expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","logit_bias":{"506":100}})"), 400, "logit_bias");
   // Invalid UTF-8 in a string is malformed JSON.
   expect("/v1/completions", absl::StrCat("{", m, ",\"prompt\":\"\xff\xfe\"}"), 400, "body");
   // The engine's own checks name the field too (engine/serving/turn_field.h;
