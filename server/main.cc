@@ -172,7 +172,8 @@ ABSL_FLAG(int, max_sessions_per_peer, 0,
 ABSL_FLAG(int, max_streams_per_peer, 256,
           "Generate streams one client address may hold open (0: no limit; raise it behind a busy proxy)");
 ABSL_FLAG(int, max_connections_per_peer, 64,
-          "connections one client address may hold open; more are closed at accept (0: no limit)");
+          "connections one client address may hold open on each door (gRPC, HTTP); more are closed at accept (0: no "
+          "limit)");
 ABSL_FLAG(int, max_batch, 16,
           "decode sessions a worker steps together in one plan run (continuous batching; 1 = one at a time, <= 64)");
 ABSL_FLAG(int, max_step_tokens, 512,

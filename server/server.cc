@@ -221,6 +221,7 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
     // The daemon's descriptor budget counts each door's connections alike
     // (server/main.cc).
     http_options.max_connections = options.max_connections;
+    http_options.max_connections_per_peer = options.max_connections_per_peer;
     absl::StatusOr<std::unique_ptr<http::HttpServer>> http =
         http::HttpServer::Start(http_options, http::OpenAiRoutes(std::move(routes)));
     if (!http.ok()) return http.status();

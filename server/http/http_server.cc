@@ -86,6 +86,24 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   absl::Mutex mu;
   bool stopped ABSL_GUARDED_BY(mu) = false;
   absl::flat_hash_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> connections ABSL_GUARDED_BY(mu);
+  // Open connections per client address (options.max_connections_per_peer).
+  absl::flat_hash_map<std::string, int> per_peer ABSL_GUARDED_BY(mu);
+
+  // Counts a connection from `address` unless the address holds its limit.
+  bool TakePeerSlot(const std::string& address) {
+    if (options.max_connections_per_peer <= 0) return true;
+    absl::MutexLock lock(&mu);
+    int& n = per_peer[address];
+    if (n >= options.max_connections_per_peer) return false;
+    ++n;
+    return true;
+  }
+  void ReleasePeerSlot(const std::string& address) {
+    if (options.max_connections_per_peer <= 0) return;
+    absl::MutexLock lock(&mu);
+    auto it = per_peer.find(address);
+    if (it != per_peer.end() && --it->second <= 0) per_peer.erase(it);
+  }
 
   void Accept();
   // Posts `fn` to `strand` unless the server stopped (then the work is
@@ -120,9 +138,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
  public:
   // `args`: the socket, then (TLS) the server's ssl::context.
+  // `address`: the client's, its peer slot taken (Impl::TakePeerSlot).
   template <typename... Args>
-  Connection(std::shared_ptr<HttpServer::Impl> server, Args&&... args)
-      : server_(std::move(server)), stream_(std::forward<Args>(args)...) {
+  Connection(std::shared_ptr<HttpServer::Impl> server, std::string address, Args&&... args)
+      : server_(std::move(server)), address_(std::move(address)), stream_(std::forward<Args>(args)...) {
     beast::error_code ec;
     const tcp::endpoint remote = Lowest().socket().remote_endpoint(ec);
     if (!ec) {
@@ -134,6 +153,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   ~Connection() {
     if (!closed_) server_->not_closed.fetch_sub(1);
     server_->open.fetch_sub(1);
+    server_->ReleasePeerSlot(address_);
     absl::MutexLock lock(&server_->mu);
     server_->connections.erase(this);
   }
@@ -588,6 +608,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
   std::shared_ptr<HttpServer::Impl> server_;
+  const std::string address_;  // the client's address, for its peer slot
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -653,17 +674,21 @@ void HttpServer::Impl::Accept() {
     if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
     if (!ec) {
       self->accepted.fetch_add(1);
-      if (self->open.load() >= self->options.max_connections) {
+      beast::error_code addr_ec;
+      std::string address = socket.remote_endpoint(addr_ec).address().to_string();
+      if (addr_ec) address.clear();
+      if (self->open.load() >= self->options.max_connections || !self->TakePeerSlot(address)) {
         self->refused.fetch_add(1);
         beast::error_code ignored;
         socket.close(ignored);
       } else {
         self->open.fetch_add(1);
         if (self->tls.has_value()) {
-          std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(self, std::move(socket), *self->tls)
+          std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(self, std::move(address),
+                                                                              std::move(socket), *self->tls)
               ->Start();
         } else {
-          std::make_shared<Connection<beast::tcp_stream>>(self, std::move(socket))->Start();
+          std::make_shared<Connection<beast::tcp_stream>>(self, std::move(address), std::move(socket))->Start();
         }
       }
     }

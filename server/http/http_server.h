@@ -11,7 +11,8 @@
 // One connection reads a request, hands it to the handler and reads the next
 // only once the reply is written, so pipelined requests are answered in
 // order. Limits, each answered before any handler sees the request:
-//   max_connections     a connection beyond it is closed at once;
+//   max_connections     a connection beyond it is closed at once (also one
+//                       beyond max_connections_per_peer from one address);
 //   max_header_bytes    431 Request Header Fields Too Large (414 URI Too Long
 //                       when the request line alone overflows it), then close;
 //   max_body_bytes      413 Content Too Large, then close (Content-Length
@@ -51,6 +52,7 @@ struct HttpServerOptions {
   std::string listen = "127.0.0.1:8000";  // host:port (IPv6 as [addr]:port); port 0 picks a free port
   int threads = 1;                        // io threads
   int max_connections = 1024;
+  int max_connections_per_peer = 0;  // of one client address, beyond which it is closed at once; 0: no limit
   int64_t max_header_bytes = 16 << 10;
   int64_t max_body_bytes = 8 << 20;
   absl::Duration request_timeout = absl::Seconds(30);
@@ -65,7 +67,7 @@ struct HttpServerOptions {
 struct HttpServerCounters {
   int64_t connections_open = 0;
   int64_t connections_accepted = 0;
-  int64_t connections_refused = 0;  // closed at once: max_connections were open
+  int64_t connections_refused = 0;  // closed at once: max_connections (or the peer's) were open
   int64_t requests = 0;             // requests handed to the handler
   int64_t requests_refused = 0;     // answered 400 / 413 / 414 / 431 by the server itself
   int64_t tls_handshakes_failed = 0;  // TLS: closed before a request (plaintext client, timeout, bad handshake)

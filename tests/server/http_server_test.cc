@@ -388,6 +388,34 @@ TEST(HttpServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
   EXPECT_EQ(a.ReadResponse().status, 200);
 }
 
+// An outside tester found --max_connections_per_peer applied to gRPC only:
+// one address could take the HTTP door's every connection.
+TEST(HttpServerTest, ConnectionsOfOneAddressBeyondItsLimitAreClosedAtOnce) {
+  HttpServerOptions o;
+  o.max_connections = 10;
+  o.max_connections_per_peer = 2;
+  auto server = StartServer(Echo(), o);
+  {
+    Client a(server->port()), b(server->port());
+    ASSERT_TRUE(a.Send(Get("/a")));
+    ASSERT_EQ(a.ReadResponse().status, 200);
+    ASSERT_TRUE(b.Send(Get("/b")));
+    ASSERT_EQ(b.ReadResponse().status, 200);
+    Client c(server->port());
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(2000)));
+    EXPECT_EQ(server->Counters().connections_refused, 1);
+    ASSERT_TRUE(a.Send(Get("/again")));
+    EXPECT_EQ(a.ReadResponse().status, 200);
+  }
+  // Once they closed, the address has its slots back.
+  for (int i = 0; i < 100 && server->Counters().connections_open > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Client d(server->port());
+  ASSERT_TRUE(d.Send(Get("/d")));
+  EXPECT_EQ(d.ReadResponse().status, 200);
+}
+
 TEST(HttpServerTest, ConnectionCloseIsHonoured) {
   auto server = StartServer(Echo());
   Client c(server->port());
