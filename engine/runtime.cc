@@ -339,7 +339,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf
   std::shared_ptr<Backend> backend = options.backend ? options.backend : SharedCpuBackend();
   auto file = GgufFile::Open(gguf_path, options.load);
   if (!file.ok()) return file.status();
-  std::shared_ptr<const GgufFile> shared_file(std::move(*file));
+  // Held mutable here only to drop its metadata once read (below).
+  std::shared_ptr<GgufFile> shared_file(std::move(*file));
   auto weights = Weights::FromGguf(shared_file);
   if (!weights.ok()) return weights.status();
   FamilyOptions family_options;
@@ -373,6 +374,9 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& gguf
   info.backend = std::string(backend->name());
   info.device = backend->device_name();
   info.kv_type = DTypeName(options.kv_type);
+  // Everything that reads metadata has: the family, the tokenizer (own copy of
+  // the vocabulary) and `info`. The weights keep only the tensors.
+  shared_file->DropMetadata();
   return std::shared_ptr<const Model>(std::make_shared<ModelImpl>(std::move(backend), *std::move(weights),
                                                                   *std::move(family), *std::move(tokenizer),
                                                                   std::move(info), options.kv_type));

@@ -163,6 +163,11 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   return file;
 }
 
+void GgufFile::DropMetadata() {
+  // swap, not clear(): clear() keeps the table's own allocation.
+  absl::flat_hash_map<std::string, GgufValue>().swap(kv_);
+}
+
 const GgufValue* GgufFile::Find(std::string_view key) const {
   auto it = kv_.find(AbslView(key));
   return it == kv_.end() ? nullptr : &it->second;

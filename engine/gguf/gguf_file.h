@@ -100,6 +100,14 @@ class GgufFile {
   const absl::flat_hash_map<std::string, GgufValue>& metadata() const { return kv_; }
   const GgufValue* Find(std::string_view key) const;
 
+  // Frees the metadata; the tensors stay. After it every key reads as absent
+  // (Find nullptr, the accessors NOT_FOUND). For the owner of a loaded model
+  // once all that reads metadata has (the family, the tokenizer, ModelInfo):
+  // a 262,144-token vocabulary is ~800k small heap objects (36 MB resident for
+  // Gemma 3) whose freeing at exit, cache-cold, took 0.3-0.9 s on a loaded
+  // 2-core VM and ran the daemon past --drain_seconds.
+  void DropMetadata();
+
   // Typed accessors. NOT_FOUND if absent, INVALID_ARGUMENT (naming the key) if
   // the stored type cannot represent the requested one (any integer type that
   // fits converts; a float accessor accepts float32/float64).

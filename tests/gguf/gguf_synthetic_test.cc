@@ -259,6 +259,24 @@ TEST(GgufSyntheticTest, AlignmentIsHonoured) {
   EXPECT_EQ(f->FindTensor("c"), nullptr);
 }
 
+// Model::Load drops the metadata once read: the keys go, the tensors and
+// their bytes stay.
+TEST(GgufSyntheticTest, DropMetadataKeepsTheTensors) {
+  GgufWriter w = AllTypesWriter();
+  const std::string a = "0123456789ab";
+  w.Tensor("a", {3}, kGgmlF32, a);
+  std::unique_ptr<GgufFile> f = OpenOrDie(w.Build());
+  ASSERT_NE(f, nullptr);
+  ASSERT_NE(f->Find("t.arr_str"), nullptr);
+  f->DropMetadata();
+  EXPECT_TRUE(f->metadata().empty());
+  EXPECT_EQ(f->Find("t.arr_str"), nullptr);
+  EXPECT_EQ(f->GetString("t.str").status().code(), absl::StatusCode::kNotFound);
+  const GgufTensorInfo* ta = f->FindTensor("a");
+  ASSERT_NE(ta, nullptr);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(ta->data), a.size()), a);
+}
+
 TEST(GgufSyntheticTest, DefaultAlignmentIs32AndVersion2IsAccepted) {
   GgufWriter w;
   w.version = 2;

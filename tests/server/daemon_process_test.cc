@@ -133,7 +133,7 @@ TEST(DaemonProcessTest, SigtermCutsARunningTurnAndExitsZeroWithinTheDrainPeriod)
   EXPECT_EQ(cut.end.finish_reason(), v1::SHUTDOWN);
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(daemon.WaitExit(absl::Seconds(10)), 0) << daemon.Log();
-  EXPECT_LE(daemon.exit_time(), absl::Seconds(3) + absl::Milliseconds(300));
+  EXPECT_LE(daemon.exit_time(), absl::Seconds(3) + absl::Milliseconds(300)) << daemon.Log();
   EXPECT_GE(daemon.exit_time(), absl::Seconds(2)) << "the turn was cut long before the drain period's end";
 }
 
