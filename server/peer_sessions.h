@@ -14,50 +14,32 @@
 #include <string>
 #include <string_view>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "server/peer_limit.h"
 
 namespace decoded::server {
 
 class PeerSessions {
  public:
   // `max_per_peer` 0: no limit (counted all the same).
-  explicit PeerSessions(int max_per_peer) : max_per_peer_(max_per_peer) {}
+  explicit PeerSessions(int max_per_peer) : limit_(max_per_peer) {}
 
   // One session of a peer; releases its count when destroyed.
-  class Slot {
-   public:
-    Slot(Slot&& other) noexcept : owner_(other.owner_), peer_(std::move(other.peer_)) { other.owner_ = nullptr; }
-    Slot& operator=(Slot&&) = delete;
-    Slot(const Slot&) = delete;
-    ~Slot();
-
-   private:
-    friend class PeerSessions;
-    Slot(PeerSessions* owner, std::string peer) : owner_(owner), peer_(std::move(peer)) {}
-    PeerSessions* owner_;
-    std::string peer_;
-  };
+  using Slot = PeerLimit::Slot;
 
   // A slot for the peer of gRPC's `peer` string ("ipv4:10.0.0.7:51234",
   // "ipv6:[::1]:40000"); RESOURCE_EXHAUSTED naming the peer and the limit
   // when it holds max_per_peer sessions already.
-  absl::StatusOr<Slot> Acquire(std::string_view grpc_peer) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Slot> Acquire(std::string_view grpc_peer);
 
   // Sessions held by the peer of `grpc_peer`.
-  int Count(std::string_view grpc_peer) const ABSL_LOCKS_EXCLUDED(mu_);
+  int Count(std::string_view grpc_peer) const { return limit_.Count(PeerAddress(grpc_peer)); }
 
   // "ipv4:10.0.0.7" of "ipv4:10.0.0.7:51234": the address without its port.
   static std::string PeerAddress(std::string_view grpc_peer);
 
  private:
-  void Release(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
-
-  const int max_per_peer_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, int> sessions_ ABSL_GUARDED_BY(mu_);
+  PeerLimit limit_;
 };
 
 }  // namespace decoded::server

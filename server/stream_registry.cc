@@ -1,5 +1,7 @@
 #include "server/stream_registry.h"
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,24 +17,19 @@ absl::Status StreamRegistry::Add(OpenStream* stream, const std::string& grpc_pee
     return absl::ResourceExhaustedError(
         absl::StrCat("the server holds its maximum of ", max_streams_, " open Generate streams (--max_streams)"));
   }
-  if (auto it = per_peer_.find(peer);
-      max_streams_per_peer_ > 0 && it != per_peer_.end() && it->second >= max_streams_per_peer_) {
+  std::optional<PeerLimit::Slot> slot = per_peer_.TryAcquire(peer);
+  if (!slot.has_value()) {
     return absl::ResourceExhaustedError(absl::StrCat("the client ", peer, " holds its maximum of ",
-                                                     max_streams_per_peer_,
+                                                     per_peer_.max_per_peer(),
                                                      " open Generate streams (--max_streams_per_peer)"));
   }
-  ++per_peer_[peer];
   streams_.insert(stream);
-  counted_.emplace(stream, std::move(peer));
+  counted_.emplace(stream, *std::move(slot));
   return absl::OkStatus();
 }
 
 void StreamRegistry::UncountLocked(OpenStream* stream) {
-  auto it = counted_.find(stream);
-  if (it == counted_.end()) return;
-  auto peer = per_peer_.find(it->second);
-  if (peer != per_peer_.end() && --peer->second <= 0) per_peer_.erase(peer);
-  counted_.erase(it);
+  counted_.erase(stream);  // its peer slot with it
 }
 
 void StreamRegistry::StopCounting(OpenStream* stream) {

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/peer_limit.h"
 
 namespace decoded::server {
 
@@ -59,7 +60,7 @@ class StreamRegistry {
   // `max_streams_per_peer`: the same for the streams of one client address
   // (PeerSessions::PeerAddress), 0 for no such limit.
   explicit StreamRegistry(int max_streams, int max_streams_per_peer = 0)
-      : max_streams_(max_streams), max_streams_per_peer_(max_streams_per_peer) {}
+      : max_streams_(max_streams), per_peer_(max_streams_per_peer) {}
 
   // OK, or the status the stream must refuse itself with: UNAVAILABLE once a
   // drain has started, RESOURCE_EXHAUSTED when max_streams (or the peer's
@@ -96,12 +97,11 @@ class StreamRegistry {
   void UncountLocked(OpenStream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int max_streams_;
-  const int max_streams_per_peer_;
+  PeerLimit per_peer_;  // declared before counted_, whose slots it counts
   mutable absl::Mutex mu_;
   absl::flat_hash_set<OpenStream*> streams_ ABSL_GUARDED_BY(mu_);
-  // Those not yet ending, each with its peer's address.
-  absl::flat_hash_map<OpenStream*, std::string> counted_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
+  // Those not yet ending, each with its peer's slot.
+  absl::flat_hash_map<OpenStream*, PeerLimit::Slot> counted_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> cancelling_all_{false};
 };

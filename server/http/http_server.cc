@@ -33,6 +33,7 @@
 #include "boost/beast/ssl.hpp"
 #include "server/host_port.h"
 #include "server/http/openai_error.h"
+#include "server/peer_limit.h"
 
 namespace decoded::server::http {
 
@@ -86,24 +87,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   absl::Mutex mu;
   bool stopped ABSL_GUARDED_BY(mu) = false;
   absl::flat_hash_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> connections ABSL_GUARDED_BY(mu);
-  // Open connections per client address (options.max_connections_per_peer).
-  absl::flat_hash_map<std::string, int> per_peer ABSL_GUARDED_BY(mu);
-
-  // Counts a connection from `address` unless the address holds its limit.
-  bool TakePeerSlot(const std::string& address) {
-    if (options.max_connections_per_peer <= 0) return true;
-    absl::MutexLock lock(&mu);
-    int& n = per_peer[address];
-    if (n >= options.max_connections_per_peer) return false;
-    ++n;
-    return true;
-  }
-  void ReleasePeerSlot(const std::string& address) {
-    if (options.max_connections_per_peer <= 0) return;
-    absl::MutexLock lock(&mu);
-    auto it = per_peer.find(address);
-    if (it != per_peer.end() && --it->second <= 0) per_peer.erase(it);
-  }
+  // Open connections per client address (options.max_connections_per_peer),
+  // made with the options.
+  std::unique_ptr<PeerLimit> per_peer;
 
   void Accept();
   // Posts `fn` to `strand` unless the server stopped (then the work is
@@ -138,10 +124,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
  public:
   // `args`: the socket, then (TLS) the server's ssl::context.
-  // `address`: the client's, its peer slot taken (Impl::TakePeerSlot).
+  // `peer_slot`: the client address's count in Impl::per_peer.
   template <typename... Args>
-  Connection(std::shared_ptr<HttpServer::Impl> server, std::string address, Args&&... args)
-      : server_(std::move(server)), address_(std::move(address)), stream_(std::forward<Args>(args)...) {
+  Connection(std::shared_ptr<HttpServer::Impl> server, PeerLimit::Slot peer_slot, Args&&... args)
+      : server_(std::move(server)), peer_slot_(std::move(peer_slot)), stream_(std::forward<Args>(args)...) {
     beast::error_code ec;
     const tcp::endpoint remote = Lowest().socket().remote_endpoint(ec);
     if (!ec) {
@@ -153,7 +139,6 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   ~Connection() {
     if (!closed_) server_->not_closed.fetch_sub(1);
     server_->open.fetch_sub(1);
-    server_->ReleasePeerSlot(address_);
     absl::MutexLock lock(&server_->mu);
     server_->connections.erase(this);
   }
@@ -608,7 +593,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
   std::shared_ptr<HttpServer::Impl> server_;
-  const std::string address_;  // the client's address, for its peer slot
+  const PeerLimit::Slot peer_slot_;  // released as the connection goes
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -677,18 +662,21 @@ void HttpServer::Impl::Accept() {
       beast::error_code addr_ec;
       std::string address = socket.remote_endpoint(addr_ec).address().to_string();
       if (addr_ec) address.clear();
-      if (self->open.load() >= self->options.max_connections || !self->TakePeerSlot(address)) {
+      std::optional<PeerLimit::Slot> slot = self->open.load() < self->options.max_connections
+                                                ? self->per_peer->TryAcquire(std::move(address))
+                                                : std::nullopt;
+      if (!slot.has_value()) {
         self->refused.fetch_add(1);
         beast::error_code ignored;
         socket.close(ignored);
       } else {
         self->open.fetch_add(1);
         if (self->tls.has_value()) {
-          std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(self, std::move(address),
-                                                                              std::move(socket), *self->tls)
+          std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(self, *std::move(slot), std::move(socket),
+                                                                              *self->tls)
               ->Start();
         } else {
-          std::make_shared<Connection<beast::tcp_stream>>(self, std::move(address), std::move(socket))->Start();
+          std::make_shared<Connection<beast::tcp_stream>>(self, *std::move(slot), std::move(socket))->Start();
         }
       }
     }
@@ -712,6 +700,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   if (!hp.ok()) return hp.status();
   auto impl = std::make_shared<Impl>();
   impl->options = options;
+  impl->per_peer = std::make_unique<PeerLimit>(options.max_connections_per_peer);
   impl->handler = std::move(handler);
   beast::error_code ec;
   if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {

@@ -30,6 +30,7 @@
 #include "server/http2_guard.h"
 #include "server/listener.h"
 #include "server/listener_probe.h"
+#include "server/peer_limit.h"
 #include "server/peer_sessions.h"
 #include "server/request_pool.h"
 #include "server/stream_registry.h"
@@ -525,6 +526,31 @@ TEST(PeerSessionsTest, CountsSessionsPerAddressWithoutThePort) {
   std::vector<PeerSessions::Slot> many;
   for (int i = 0; i < 100; ++i) many.push_back(*unlimited.Acquire("ipv4:1.2.3.4:5"));
   EXPECT_EQ(unlimited.Count("ipv4:1.2.3.4:6"), 100);
+}
+
+TEST(PeerLimitTest, CountsSlotsPerAddressAndReleasesEachOnce) {
+  PeerLimit limit(2);
+  std::optional<PeerLimit::Slot> a = limit.TryAcquire("10.0.0.7");
+  std::optional<PeerLimit::Slot> b = limit.TryAcquire("10.0.0.7");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(a->address(), "10.0.0.7");
+  EXPECT_FALSE(limit.TryAcquire("10.0.0.7").has_value());
+  EXPECT_TRUE(limit.TryAcquire("10.0.0.8").has_value());  // another address; released at once
+  EXPECT_EQ(limit.Count("10.0.0.8"), 0);
+  {
+    // A moved-from slot releases nothing; its new owner releases once.
+    PeerLimit::Slot moved = *std::move(a);
+    a.reset();
+    EXPECT_EQ(limit.Count("10.0.0.7"), 2);
+  }
+  EXPECT_EQ(limit.Count("10.0.0.7"), 1);
+  EXPECT_TRUE(limit.TryAcquire("10.0.0.7").has_value());
+  b.reset();
+  EXPECT_EQ(limit.Count("10.0.0.7"), 0);
+  PeerLimit unlimited(0);
+  std::vector<PeerLimit::Slot> many;
+  for (int i = 0; i < 100; ++i) many.push_back(*unlimited.TryAcquire("1.2.3.4"));
+  EXPECT_EQ(unlimited.Count("1.2.3.4"), 100);
 }
 
 TEST(RequestPoolTest, RunsInOrderRefusesBeyondItsQueueAndRunsWhatIsQueuedWhenDestroyed) {
