@@ -1,5 +1,7 @@
 #include "server/proto_convert.h"
 
+#include <algorithm>
+
 namespace decoded::server {
 
 absl::StatusOr<serving::TurnRequest> TurnFromProto(const v1::Turn& turn) {
@@ -30,6 +32,10 @@ absl::StatusOr<serving::TurnRequest> TurnFromProto(const v1::Turn& turn) {
   req.sampling.frequency_penalty = s.frequency_penalty();
   req.sampling.seed = s.seed();
   req.sampling.top_logprobs = s.top_logprobs();
+  // By id: a proto map's order is unspecified, the sampler's sums need none
+  // (one add per id) but a fixed order keeps the request reproducible.
+  req.sampling.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(req.sampling.logit_bias.begin(), req.sampling.logit_bias.end());
   const v1::StoppingCriteria& st = turn.stopping();
   req.stopping.max_new_tokens = st.has_max_new_tokens() ? st.max_new_tokens() : 256;
   req.stopping.stop_sequences.assign(st.stop_sequences().begin(), st.stop_sequences().end());

@@ -40,6 +40,15 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return Invalid("frequency_penalty", p.frequency_penalty, "[-2, 2]");
   }
   if (p.top_logprobs < 0 || p.top_logprobs > 20) return Invalid("top_logprobs", p.top_logprobs, "[0, 20]");
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logit_bias has ", p.logit_bias.size(), " entries, over the limit of ", kMaxLogitBias));
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias of token ", id, " = ", bias, " is outside [-100, 100]"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -55,11 +64,20 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
   p.frequency_penalty =
       std::isfinite(p.frequency_penalty) ? std::clamp(p.frequency_penalty, -2.0f, 2.0f) : 0.0f;
   p.top_logprobs = std::clamp(p.top_logprobs, 0, 20);
+  std::erase_if(p.logit_bias, [](const std::pair<int32_t, float>& b) { return !std::isfinite(b.second); });
+  for (auto& b : p.logit_bias) b.second = std::clamp(b.second, -100.0f, 100.0f);
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) p.logit_bias.resize(kMaxLogitBias);
 }
 
 void Sampler::Accept(int32_t id) {
   if (id < 0 || id >= vocab_size_) return;
   ++counts_[id];
+}
+
+void Sampler::ApplyLogitBias(absl::Span<float> logits) const {
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] += bias;
+  }
 }
 
 void Sampler::ApplyPenalties(absl::Span<float> logits) const {
@@ -269,10 +287,11 @@ void Sampler::FillTopLogprobs(absl::Span<const float> raw, float log_z, SampleRe
   for (TokenLogprob& t : top) t.logprob -= log_z;
 }
 
-bool Sampler::HasPenalties() const {
+bool Sampler::AdjustsLogits() const {
   const SamplingParams& p = params_;
-  return !counts_.empty() &&
-         (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+  return !p.logit_bias.empty() ||
+         (!counts_.empty() &&
+          (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f));
 }
 
 SampleResult Sampler::Sample(absl::Span<const float> logits) {
@@ -285,10 +304,10 @@ SampleResult Sampler::Sample(absl::Span<const float> logits) {
     scratch_ids_.resize(n);
   }
   // The logits are read in place unless they must change: NaN becomes -inf
-  // and penalties rewrite the ids they count, in a copy (the raw row stays
-  // the reference of the reported logprobs).
+  // and the bias and penalties rewrite the ids they name, in a copy (the raw
+  // row stays the reference of the reported logprobs).
   const row::RowMax raw = row::ScanMax(logits.data(), n);
-  const bool penalise = HasPenalties();
+  const bool penalise = AdjustsLogits();
   const float* x = logits.data();
   if (raw.has_nan || penalise) {
     row::SanitizeCopy(logits.data(), n, scratch_logits_.data());
@@ -303,6 +322,7 @@ SampleResult Sampler::Sample(absl::Span<const float> logits) {
 
   float m = raw.max;
   if (penalise) {
+    ApplyLogitBias(absl::MakeSpan(scratch_logits_.data(), n));
     ApplyPenalties(absl::MakeSpan(scratch_logits_.data(), n));
     m = row::ScanMax(x, n).max;
   }

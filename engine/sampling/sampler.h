@@ -1,8 +1,10 @@
 // Token sampling from a logits row, and stop-sequence matching.
 //
 // Order of the sampling pipeline (the order llama.cpp's default sampler chain
-// and HF `generate` agree on): penalties -> temperature == 0 ? argmax :
-// (top-k -> top-p -> min-p -> softmax at temperature -> draw).
+// and HF `generate` agree on): logit bias -> penalties -> temperature == 0 ?
+// argmax : (top-k -> top-p -> min-p -> softmax at temperature -> draw).
+// Logit bias as in the OpenAI API (a per-token value added to the logit),
+// first as llama.cpp's chain puts its logit-bias sampler.
 // Formulas: repetition penalty as in CTRL (Keskar et al. 2019; divide positive,
 // multiply negative logits); presence/frequency penalties as in the OpenAI API
 // (logit -= presence * [count > 0] + frequency * count).
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,6 +29,11 @@ namespace decoded {
 // already gives the top token all the mass a float holds.
 inline constexpr float kGreedyTemperature = 1e-5f;
 
+// Most entries of SamplingParams::logit_bias: each costs one add per sampled
+// token. (The OpenAI API names no limit; a bias on more tokens than this is
+// better written as a grammar or stop criteria.)
+inline constexpr int kMaxLogitBias = 1024;
+
 struct SamplingParams {
   float temperature = 0.0f;        // 0 (or below kGreedyTemperature) = greedy; must be >= 0 and finite
   int32_t top_k = 0;               // 0 = off; must be >= 0
@@ -36,6 +44,12 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // [-2, 2]
   uint64_t seed = 0;               // same seed + same logits -> same tokens
   int32_t top_logprobs = 0;        // [0, 20]: report this many alternatives per token
+  // (token id, bias) pairs, bias added to that id's logit before the
+  // penalties; each bias finite, in [-100, 100] (the OpenAI API's range: -100
+  // all but bans a token, +100 all but forces it); at most kMaxLogitBias
+  // pairs. Ids outside the vocabulary are the caller's to refuse (the
+  // sampler ignores them); a repeated id adds each of its biases.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // INVALID_ARGUMENT naming the field for any parameter outside its range.
@@ -59,16 +73,18 @@ struct SampleResult {
 // vocabulary size; ids are indices into `logits`):
 //  * NaN logits count as -inf (never chosen unless every logit is NaN/-inf,
 //    in which case id 0 is returned).
-//  * Penalties apply to ids counted by Accept(): repetition first, then
-//    presence/frequency (llama.cpp's penalties sampler order).
-//  * temperature == 0: argmax of the penalised logits (lowest id on ties);
+//  * logit_bias is added first; then penalties apply to ids counted by
+//    Accept(): repetition first, then presence/frequency (llama.cpp's
+//    sampler order).
+//  * temperature == 0: argmax of the biased, penalised logits (lowest id on ties);
 //    top-k/top-p/min-p are then irrelevant.
-//  * otherwise, on the penalised logits at temperature 1: top-k keeps the k
+//  * otherwise, on those logits at temperature 1: top-k keeps the k
 //    highest; top-p keeps the smallest highest-first prefix whose probability
 //    (renormalised over what top-k kept) reaches top_p; min-p keeps tokens with
 //    p >= min_p * p_max; the survivors are drawn from softmax(logit / T) with
 //    one 53-bit uniform from mt19937_64(seed) per draw.
-//  * logprob / top: log-softmax of the *raw* logits (no penalty, T = 1).
+//  * logprob / top: log-softmax of the *raw* logits (no bias or penalty,
+//    T = 1), as vLLM reports by default.
 // Cost: O(n) per call: greedy without penalties reads the row twice (max,
 // then the log-normaliser's exp-sum) and finds the first maximum; the row
 // kernels are per instruction-set tier (row_kernels.h); top-k uses a size-k heap;
@@ -86,6 +102,9 @@ class Sampler {
   void Accept(int32_t id);
   // An empty `logits` yields {id = -1, logprob = -inf}.
   SampleResult Sample(absl::Span<const float> logits);
+  // The bias step of Sample(), in place: logits[id] += bias for each pair of
+  // logit_bias with id < logits.size(). O(pairs).
+  void ApplyLogitBias(absl::Span<float> logits) const;
   // The penalty step of Sample(), in place: for each id < logits.size() seen
   // by Accept() `count` times, logit = logit > 0 ? logit / repetition_penalty
   // : logit * repetition_penalty, then logit -= presence_penalty +
@@ -93,8 +112,9 @@ class Sampler {
   void ApplyPenalties(absl::Span<float> logits) const;
 
  private:
-  // True when Accept() counted ids and some penalty is not off.
-  bool HasPenalties() const;
+  // True when a logit bias is set, or Accept() counted ids and some penalty
+  // is not off: Sample() then works on a copy of the logits.
+  bool AdjustsLogits() const;
   // Fills scratch_ids_ with the top-k / top-p / min-p survivors of the
   // NaN-free penalised logits x (max m); returns their number.
   size_t SelectCandidates(const float* x, size_t n, float m);

@@ -147,6 +147,12 @@ absl::Status Scheduler::Submit(SessionId id, PreparedTurn turn, TurnSink* sink) 
                             absl::StrCat("stop token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
+  for (const auto& [t, bias] : turn.sampling.logit_bias) {
+    if (t < 0 || t >= vocab) {
+      return TurnFieldError(TurnField::kLogitBias,
+                            absl::StrCat("logit_bias token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
   if (turn.stopping.max_new_tokens < 0) {
     return TurnFieldError(TurnField::kMaxNewTokens, "max_new_tokens must be >= 0");
   }

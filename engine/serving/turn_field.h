@@ -20,6 +20,8 @@ enum class TurnField {
   kStopSequences,  // StoppingParams::stop_sequences
   kStopTokenIds,   // StoppingParams::stop_token_ids
   kMaxNewTokens,   // StoppingParams::max_new_tokens
+  kLogitBias,      // SamplingParams::logit_bias
+  kLast = kLogitBias,
 };
 
 inline constexpr absl::string_view kTurnFieldPayload = "decoded.serving.turn_field";
@@ -36,7 +38,7 @@ inline std::optional<TurnField> TurnFieldOf(const absl::Status& status) {
   const auto payload = status.GetPayload(kTurnFieldPayload);  // absl::optional in Debian's Abseil
   if (!payload || payload->size() != 1) return std::nullopt;
   const char c = (*payload)[0];
-  if (c < '0' || c > '0' + static_cast<int>(TurnField::kMaxNewTokens)) return std::nullopt;
+  if (c < '0' || c > '0' + static_cast<int>(TurnField::kLast)) return std::nullopt;
   return static_cast<TurnField>(c - '0');
 }
 

@@ -434,6 +434,8 @@ std::string EngineParam(const absl::Status& status, OpenAiEndpoint endpoint) {
       return "stop_token_ids";
     case serving::TurnField::kMaxNewTokens:
       return endpoint == OpenAiEndpoint::kChatCompletions ? "max_completion_tokens" : "max_tokens";
+    case serving::TurnField::kLogitBias:
+      return "logit_bias";
   }
   return "";
 }

@@ -288,6 +288,54 @@ TEST(SamplerTest, LogprobsAreTheRawLogSoftmaxEvenWithPenalties) {
   EXPECT_NEAR(r.top[2].logprob, 1.0 - std::log(z), 1e-5);
 }
 
+// OpenAI's logit_bias, added before the penalties as llama.cpp's sampler
+// chain does: with the other order the greedy choice below would be id 0.
+TEST(SamplerTest, LogitBiasIsAddedBeforeThePenalties) {
+  SamplingParams p = Params(0.0f);
+  p.repetition_penalty = 2.0f;
+  p.logit_bias = {{0, 2.0f}, {7, 50.0f}};  // id 7 lies beyond the row: ignored
+  Sampler s(p, 2);
+  s.Accept(0);
+  std::vector<float> logits = {4.0f, 3.5f};
+  s.ApplyLogitBias(absl::MakeSpan(logits));
+  EXPECT_EQ(logits, (std::vector<float>{6.0f, 3.5f}));
+  // (4 + 2) / 2 = 3 < 3.5; penalty first would give 4 / 2 + 2 = 4 > 3.5.
+  const std::vector<float> row = {4.0f, 3.5f};
+  EXPECT_EQ(s.Sample(row).id, 1);
+}
+
+TEST(SamplerTest, LogitBiasOfPlusOrMinusOneHundredForcesOrBansAToken) {
+  const std::vector<float> logits = PseudoRandomLogits(1000, 7);  // within [-4, 4)
+  SamplingParams forced = Params(1.0f, 11);
+  forced.logit_bias = {{123, 100.0f}};
+  for (int32_t id : Draws(forced, logits, 200)) EXPECT_EQ(id, 123);
+  const int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  SamplingParams banned = Params(0.0f);
+  banned.logit_bias = {{best, -100.0f}};
+  Sampler s(banned, 1000);
+  const SampleResult r = s.Sample(logits);
+  EXPECT_NE(r.id, best);
+  std::vector<float> rest = logits;
+  rest[best] = -1e30f;
+  EXPECT_EQ(r.id, std::max_element(rest.begin(), rest.end()) - rest.begin());
+}
+
+TEST(SamplerTest, LogprobsAreTheRawLogSoftmaxEvenWithALogitBias) {
+  SamplingParams p = Params(0.0f);
+  p.top_logprobs = 2;
+  p.logit_bias = {{1, 5.0f}};
+  Sampler s(p, 3);
+  const std::vector<float> logits = {2.0f, 0.0f, 1.0f};
+  double z = 0.0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  const SampleResult r = s.Sample(logits);
+  EXPECT_EQ(r.id, 1);
+  EXPECT_NEAR(r.logprob, 0.0 - std::log(z), 1e-5);
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].id, 0);
+  EXPECT_EQ(r.top[1].id, 2);
+}
+
 TEST(SamplerTest, LogprobOverVocabularySizedRowMatchesDoubleReference) {
   const std::vector<float> logits = PseudoRandomLogits(262144, 99);
   double max = -1e30;
@@ -554,6 +602,8 @@ TEST(ValidateSamplingParamsTest, DefaultsAreValid) {
   edge.presence_penalty = -2.0f;
   edge.frequency_penalty = 2.0f;
   edge.top_logprobs = 20;
+  edge.logit_bias.assign(kMaxLogitBias, {5, -100.0f});
+  edge.logit_bias[0].second = 100.0f;
   EXPECT_TRUE(ValidateSamplingParams(edge).ok());
 }
 
@@ -575,6 +625,11 @@ TEST(ValidateSamplingParamsTest, EachInvalidFieldIsNamed) {
       {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = -2.01f; }},
       {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = -1; }},
       {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = 21; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, -101.0f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, NAN}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, -INFINITY}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias.assign(kMaxLogitBias + 1, {3, 1.0f}); }},
   };
   for (const InvalidCase& c : cases) {
     SamplingParams p;

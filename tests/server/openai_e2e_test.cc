@@ -377,8 +377,13 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
          "messages[0].content[0].type");
   expect("/v1/chat/completions", absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":"x"}],"tools":[{}]})"),
          400, "tools");
-  // Refused, not dropped (an outside tester's bias was silently ignored).
-  expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","logit_bias":{"506":100}})"), 400, "logit_bias");
+  // logit_bias: keys are token ids (decimal), values in [-100, 100], ids
+  // within the vocabulary (an outside tester's {"abc": 5} and {"999999999":
+  // 5} had been answered 200).
+  for (const char* bias : {R"({"abc":5})", R"({"-1":5})", R"({" 5":5})", R"({"5":101})", R"({"5":"high"})",
+                           R"([[5,1]])", R"({"999999999":5})", R"({"99999999999999":5})"}) {
+    expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","logit_bias":)", bias, "}"), 400, "logit_bias");
+  }
   // Invalid UTF-8 in a string is malformed JSON.
   expect("/v1/completions", absl::StrCat("{", m, ",\"prompt\":\"\xff\xfe\"}"), 400, "body");
   // The engine's own checks name the field too (engine/serving/turn_field.h;
@@ -396,6 +401,44 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
          absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":")", std::string(100000, 'x'), R"("}]})"), 400,
          "messages");
   expect("/v1/models", "{}", 405, "");
+}
+
+// logit_bias over both doors: -100 on the greedy first token makes the turn
+// start with the model's second choice (from the unbiased turn's top
+// logprobs), +100 on a token makes every token that one; the HTTP door's
+// replies are the gRPC turns' text.
+TEST_F(OpenAiE2eTest, LogitBiasBansOrForcesTokensOverBothDoors) {
+  v1::GenerateRequest plain = e2e::TokensTurn(kPrompt, 4);
+  plain.mutable_turn()->mutable_sampling()->set_top_logprobs(2);
+  const e2e::TurnResult unbiased = e2e::Solo(*stub_, plain);
+  ASSERT_TRUE(unbiased.ended);
+  ASSERT_EQ(unbiased.events[0].top_logprobs_size(), 2);
+  const int32_t first = unbiased.ids[0];
+  const int32_t second = unbiased.events[0].top_logprobs(1).id();
+  ASSERT_EQ(unbiased.events[0].top_logprobs(0).id(), first);
+
+  v1::GenerateRequest ban = e2e::TokensTurn(kPrompt, 4);
+  (*ban.mutable_turn()->mutable_sampling()->mutable_logit_bias())[first] = -100.0f;
+  const e2e::TurnResult banned = e2e::Solo(*stub_, ban);
+  ASSERT_TRUE(banned.ended);
+  EXPECT_EQ(banned.ids[0], second);
+  EXPECT_EQ(banned.events[0].logprob(), unbiased.events[0].top_logprobs(1).logprob()) << "logprobs stay unbiased";
+  json req = Completion(kPrompt, 4);
+  req["logit_bias"] = {{std::to_string(first), -100}};
+  Reply r = Post(port(), "/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], banned.text);
+
+  const int32_t forced_id = 40;
+  v1::GenerateRequest force = e2e::TokensTurn(kPrompt, 4);
+  (*force.mutable_turn()->mutable_sampling()->mutable_logit_bias())[forced_id] = 100.0f;
+  const e2e::TurnResult forced = e2e::Solo(*stub_, force);
+  ASSERT_TRUE(forced.ended);
+  EXPECT_EQ(forced.ids, std::vector<int32_t>(4, forced_id));
+  req["logit_bias"] = {{std::to_string(forced_id), 100}};
+  r = Post(port(), "/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], forced.text);
 }
 
 TEST_F(OpenAiE2eTest, AFullServerAnswers429) {

@@ -311,6 +311,14 @@ TEST_F(ServerE2eTest, BadRequestsGetTheirStatusWhileAnotherStreamGenerates) {
   v1::GenerateRequest hot = TextTurn("Hi", 4);
   hot.mutable_turn()->mutable_sampling()->set_temperature(-0.5f);
   EXPECT_EQ(StatusOf(hot).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // logit_bias: an id outside the vocabulary, a bias outside [-100, 100].
+  for (const auto& [id, bias] : {std::pair<int32_t, float>{vocab, 1.0f}, {-1, 1.0f}, {5, 100.5f}}) {
+    v1::GenerateRequest b = TextTurn("Hi", 4);
+    (*b.mutable_turn()->mutable_sampling()->mutable_logit_bias())[id] = bias;
+    grpc::Status s = StatusOf(b);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << id << " " << bias;
+    EXPECT_NE(s.error_message().find("logit_bias"), std::string::npos) << s.error_message();
+  }
   for (float top_p : {0.0f, 1.5f}) {
     v1::GenerateRequest p = TextTurn("Hi", 4);
     p.mutable_turn()->mutable_sampling()->set_top_p(top_p);
