@@ -17,6 +17,7 @@
 //   3  the listener stopped accepting connections (drained first)
 //   4  the model file changed on disk while mapped (--mmap; drained first)
 // 3 and 4 ask the supervisor for a restart: the daemon cannot serve on.
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -249,6 +250,14 @@ int main(int argc, char** argv) {
   // Before anything else, while this is the only thread: every thread started
   // from here on inherits the mask, and no signal takes its default action.
   decoded::server::BlockProcessSignals();
+  // Blocks of 1 MiB and more are mapped and unmapped on their own, always:
+  // glibc otherwise raises this threshold to the largest block freed (up to
+  // 32 MiB), after which the load's big temporaries (the GGUF metadata's
+  // arrays, 12 MB each for a 262k vocabulary, dropped after the load) come
+  // from the heap and leave holes there that later small allocations pin:
+  // an abort storm's resident memory then wandered by +-16 MiB, against +1
+  // with this (engine/cpu/cpu_backend.cc maps its buffers for the same reason).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   std::atomic<bool> serving{false};
   StopRequest stop;
   decoded::server::SignalWatcher signal_watcher([&](int sig, int earlier_stops) {
