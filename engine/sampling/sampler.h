@@ -30,8 +30,7 @@ namespace decoded {
 inline constexpr float kGreedyTemperature = 1e-5f;
 
 // Most entries of SamplingParams::logit_bias: each costs one add per sampled
-// token. (The OpenAI API names no limit; a bias on more tokens than this is
-// better written as a grammar or stop criteria.)
+// token, so the limit bounds the work one request adds to every step.
 inline constexpr int kMaxLogitBias = 1024;
 
 struct SamplingParams {

@@ -180,8 +180,13 @@ absl::Status LogitBias(const json* bias, SamplingParams* p) {
   }
   for (const auto& [key, value] : bias->items()) {
     int32_t id = 0;
-    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos || !absl::SimpleAtoi(key, &id)) {
-      return Bad("logit_bias", absl::StrCat("key '", key, "' is not a token id (a decimal integer >= 0)"));
+    // One spelling per id: "7042" and "07042" would otherwise be two entries
+    // for one token whose biases add up (past [-100, 100]), where vLLM keeps
+    // one of them.
+    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos || (key[0] == '0' && key.size() > 1) ||
+        !absl::SimpleAtoi(key, &id)) {
+      return Bad("logit_bias",
+                 absl::StrCat("key '", key, "' is not a token id (a decimal integer >= 0, no leading zeros)"));
     }
     if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
       return Bad("logit_bias", absl::StrCat("the bias of token ", id, " must be a number in [-100, 100]"));

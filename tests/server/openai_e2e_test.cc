@@ -377,11 +377,11 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
          "messages[0].content[0].type");
   expect("/v1/chat/completions", absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":"x"}],"tools":[{}]})"),
          400, "tools");
-  // logit_bias: keys are token ids (decimal), values in [-100, 100], ids
-  // within the vocabulary (an outside tester's {"abc": 5} and {"999999999":
-  // 5} had been answered 200).
+  // logit_bias: keys are token ids (decimal, one spelling each: "05" would
+  // add to "5"), values in [-100, 100], ids within the vocabulary (an outside
+  // tester's {"abc": 5} and {"999999999": 5} had been answered 200).
   for (const char* bias : {R"({"abc":5})", R"({"-1":5})", R"({" 5":5})", R"({"5":101})", R"({"5":"high"})",
-                           R"([[5,1]])", R"({"999999999":5})", R"({"99999999999999":5})"}) {
+                           R"({"5":100,"05":100})", R"([[5,1]])", R"({"999999999":5})", R"({"99999999999999":5})"}) {
     expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","logit_bias":)", bias, "}"), 400, "logit_bias");
   }
   // Invalid UTF-8 in a string is malformed JSON.
