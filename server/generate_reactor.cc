@@ -351,8 +351,15 @@ void GenerateReactor::ExpireIfIdle(Clock::time_point now, const IdleTimeouts& ti
     const std::chrono::nanoseconds timeout = had_turn_ ? timeouts.idle_session : timeouts.first_turn;
     if (turns_in_flight_ == 0 && !preparing_turn_) {
       // Only turns are work: a client that sends cancels or acks and nothing
-      // else is idle all the same.
+      // else is idle all the same. A write still outstanding this long after
+      // the last turn ended is one the client does not take (its last events
+      // filled the transport's window before the turn could park): a status
+      // cannot reach it either, so it is cancelled below as a stalled turn
+      // is (else the call stayed open, its outcome uncounted, until the
+      // client went: a flaky HardeningTest on a loaded run).
       idle = now - last_turn_activity_ >= timeout;
+      stalled = idle && writing_;
+      idle = idle && !stalled;
     } else if (turns_in_flight_ > 0) {
       // A turn parked on a client that takes none of its events.
       const bool write_stuck = writing_ && now - write_started_ >= timeout;
