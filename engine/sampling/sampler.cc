@@ -69,6 +69,11 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
   if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) p.logit_bias.resize(kMaxLogitBias);
 }
 
+void Sampler::AcceptPrompt(int32_t id) {
+  if (id < 0 || id >= vocab_size_) return;
+  counts_.try_emplace(id, 0);
+}
+
 void Sampler::Accept(int32_t id) {
   if (id < 0 || id >= vocab_size_) return;
   ++counts_[id];
@@ -87,7 +92,7 @@ void Sampler::ApplyPenalties(absl::Span<float> logits) const {
     if (static_cast<size_t>(id) >= logits.size()) continue;
     float& l = logits[id];
     if (p.repetition_penalty != 1.0f) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-    l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+    if (count > 0) l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
   }
 }
 

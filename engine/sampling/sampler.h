@@ -72,9 +72,9 @@ struct SampleResult {
 // vocabulary size; ids are indices into `logits`):
 //  * NaN logits count as -inf (never chosen unless every logit is NaN/-inf,
 //    in which case id 0 is returned).
-//  * logit_bias is added first; then penalties apply to ids counted by
-//    Accept(): repetition first, then presence/frequency (llama.cpp's
-//    sampler order).
+//  * logit_bias is added first; then the penalties (ApplyPenalties):
+//    repetition first, on ids seen by AcceptPrompt() or Accept(), then
+//    presence/frequency on ids seen by Accept() (llama.cpp's sampler order).
 //  * temperature == 0: argmax of the biased, penalised logits (lowest id on ties);
 //    top-k/top-p/min-p are then irrelevant.
 //  * otherwise, on those logits at temperature 1: top-k keeps the k
@@ -96,18 +96,23 @@ class Sampler {
   // `params` should have passed ValidateSamplingParams; out-of-range values
   // are clamped to the nearest meaningful setting rather than trusted.
   Sampler(const SamplingParams& params, int32_t vocab_size);
-  // Tokens already in the context (prompt and generated) for the penalties.
-  // Ids outside [0, vocab_size) are ignored.
+  // A token of the turn's prompt: seen by the repetition penalty only.
+  // Ids outside [0, vocab_size) are ignored (as by Accept).
+  void AcceptPrompt(int32_t id);
+  // A token the turn generated: seen by all three penalties.
   void Accept(int32_t id);
   // An empty `logits` yields {id = -1, logprob = -inf}.
   SampleResult Sample(absl::Span<const float> logits);
   // The bias step of Sample(), in place: logits[id] += bias for each pair of
   // logit_bias with id < logits.size(). O(pairs).
   void ApplyLogitBias(absl::Span<float> logits) const;
-  // The penalty step of Sample(), in place: for each id < logits.size() seen
-  // by Accept() `count` times, logit = logit > 0 ? logit / repetition_penalty
-  // : logit * repetition_penalty, then logit -= presence_penalty +
-  // frequency_penalty * count. O(distinct accepted ids).
+  // The penalty step of Sample(), in place, for each id < logits.size() seen
+  // by AcceptPrompt() or Accept(): logit = logit > 0 ? logit /
+  // repetition_penalty : logit * repetition_penalty (CTRL, Keskar et al.
+  // 2019; HF's RepetitionPenaltyLogitsProcessor: prompt and output), then,
+  // if Accept() saw it `count` > 0 times, logit -= presence_penalty +
+  // frequency_penalty * count (the OpenAI API's formula, whose count is of
+  // sampled tokens; vLLM's apply_penalties). O(distinct accepted ids).
   void ApplyPenalties(absl::Span<float> logits) const;
 
  private:
@@ -127,6 +132,8 @@ class Sampler {
   SamplingParams params_;
   int32_t vocab_size_;
   std::mt19937_64 rng_;
+  // Per id seen: its count among generated tokens (0 for an id seen only in
+  // the prompt).
   absl::flat_hash_map<int32_t, int32_t> counts_;
   std::vector<float> scratch_logits_;   // NaN-free penalised copy of the logits (when needed), [n]
   std::vector<float> scratch_weights_;  // exp values, [n]

@@ -48,9 +48,10 @@ TurnRunner::TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector
       text_(model.NewTextDecoder()),
       accepted_(accepted) {
   prefill_.insert(prefill_.end(), turn_.prompt.begin(), turn_.prompt.end());
-  // Penalties see the whole turn: its prompt now, its generated tokens as
-  // sampled; recomputed context is not the turn's (as when it was cached).
-  for (size_t i = recompute_; i < prefill_.size(); ++i) sampler_.Accept(prefill_[i]);
+  // Penalties see the turn: its prompt now (the repetition penalty only),
+  // its generated tokens as sampled; recomputed context is not the turn's
+  // (as when it was cached).
+  for (size_t i = recompute_; i < prefill_.size(); ++i) sampler_.AcceptPrompt(prefill_[i]);
 }
 
 void TurnRunner::PrependRecompute(absl::Span<const int32_t> tokens) {

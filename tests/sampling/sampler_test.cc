@@ -256,6 +256,35 @@ TEST(SamplerTest, PresenceAndFrequencyPenaltiesSubtractPerCount) {
   EXPECT_EQ(logits, (std::vector<float>{0.25f, 1.0f, -0.25f}));
 }
 
+// Prompt tokens get the repetition penalty (HF, vLLM) but not presence or
+// frequency penalties, which count sampled tokens (OpenAI's formula, vLLM).
+TEST(SamplerTest, PromptTokensGetOnlyTheRepetitionPenalty) {
+  SamplingParams p = Params(0.0f);
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p, 4);
+  s.AcceptPrompt(0);
+  s.AcceptPrompt(0);
+  s.AcceptPrompt(1);
+  s.Accept(1);
+  s.Accept(2);
+  s.AcceptPrompt(2);  // after Accept: still counted once
+  std::vector<float> logits = {3.0f, -1.5f, 1.0f, 1.0f};
+  s.ApplyPenalties(absl::MakeSpan(logits));
+  // id 0: 3 / 2; id 1: -1.5 * 2 - 0.5 - 0.25; id 2: 1 / 2 - 0.5 - 0.25; id 3 unseen.
+  EXPECT_EQ(logits, (std::vector<float>{1.5f, -3.75f, -0.25f, 1.0f}));
+  // Only presence and frequency set: the prompt's tokens keep their logits.
+  SamplingParams q = Params(0.0f);
+  q.presence_penalty = 2.0f;
+  q.frequency_penalty = 2.0f;
+  Sampler t(q, 2);
+  for (int i = 0; i < 5; ++i) t.AcceptPrompt(0);
+  EXPECT_EQ(t.Sample(std::vector<float>{3.0f, 2.0f}).id, 0);
+  t.Accept(0);
+  EXPECT_EQ(t.Sample(std::vector<float>{3.0f, 2.0f}).id, 1);  // 3 - 2 - 2 < 2
+}
+
 TEST(SamplerTest, PenaltiesChangeTheGreedyChoice) {
   SamplingParams p = Params(0.0f);
   p.frequency_penalty = 0.6f;

@@ -1056,20 +1056,35 @@ TEST_P(SchedulerTest, PromptLogprobsScoreEveryPromptTokenAcrossChunks) {
   }
 }
 
-TEST_P(SchedulerTest, PenaltiesSeeThePrompt) {
+// The prompt reaches the repetition penalty only; presence and frequency
+// penalties count generated tokens (OpenAI's formula, as vLLM).
+TEST_P(SchedulerTest, PromptTokensReachTheRepetitionPenaltyOnly) {
   auto sched = MakeScheduler(1);
-  SessionId a = *sched->Open();
-  // Greedy would pick 2, the successor of the last prompt token; 2 also
-  // appears in the prompt, so the penalties push it to 5 / 10 - 2 - 2 < 0.
-  PreparedTurn t = Turn({2, 0, 1}, 1);
-  t.sampling.presence_penalty = 2.0f;
-  t.sampling.frequency_penalty = 2.0f;
-  t.sampling.repetition_penalty = 10.0f;
-  RecordingSink sink;
-  ASSERT_TRUE(sched->Submit(a, t, &sink).ok());
-  ASSERT_TRUE(sink.WaitEnd());
-  ASSERT_EQ(sink.ids().size(), 1u);
-  EXPECT_NE(sink.ids()[0], 2);
+  // Greedy picks 2, the successor of the last prompt token (logit 5); 2 is
+  // in the prompt three times, which with presence and frequency 2 counted
+  // would give 5 - 2 - 6 < 0 and another token.
+  {
+    SessionId a = *sched->Open();
+    PreparedTurn t = Turn({2, 2, 2, 0, 1}, 1);
+    t.sampling.presence_penalty = 2.0f;
+    t.sampling.frequency_penalty = 2.0f;
+    RecordingSink sink;
+    ASSERT_TRUE(sched->Submit(a, t, &sink).ok());
+    ASSERT_TRUE(sink.WaitEnd());
+    EXPECT_EQ(sink.ids(), std::vector<int32_t>{2});
+  }
+  // The repetition penalty does see the prompt: 5 / 10 falls below token 3's
+  // biased logit 1 (without the penalty 2 would win).
+  for (const float repetition : {1.0f, 10.0f}) {
+    SessionId a = *sched->Open();
+    PreparedTurn t = Turn({2, 2, 2, 0, 1}, 1);
+    t.sampling.repetition_penalty = repetition;
+    t.sampling.logit_bias = {{3, 1.0f}};
+    RecordingSink sink;
+    ASSERT_TRUE(sched->Submit(a, t, &sink).ok());
+    ASSERT_TRUE(sink.WaitEnd());
+    EXPECT_EQ(sink.ids(), std::vector<int32_t>{repetition == 1.0f ? 2 : 3}) << repetition;
+  }
 }
 
 // BOS belongs to the start of the context, so whether a turn gets one
