@@ -435,6 +435,8 @@ void GenerateReactor::OnDone() {
         outcome = SessionOutcome::kClientGone;
       } else if (finish_status_ && finish_status_->ok()) {
         outcome = SessionOutcome::kOk;
+      } else if (finish_status_) {
+        outcome = OutcomeOfError(static_cast<absl::StatusCode>(finish_status_->error_code()));
       }
       services_.metrics->StreamEnded(outcome);
       if (active_) active_->set_outcome(outcome);

@@ -277,13 +277,14 @@ ServerMetrics::ServerMetrics()
   sessions_client_gone_ = &sessions.Add({{"outcome", "client_gone"}});
   sessions_shutdown_ = &sessions.Add({{"outcome", "shutdown"}});
   sessions_idle_ = &sessions.Add({{"outcome", "idle"}});
+  sessions_invalid_ = &sessions.Add({{"outcome", "invalid"}});
   sessions_error_ = &sessions.Add({{"outcome", "error"}});
   streams_total_ = &BuildCounter()
                         .Name("decoded_streams_total")
                         .Help("Generate streams ended, by outcome, with or without a session (one that never "
                               "sent a turn, or whose first turn was refused, has none).")
                         .Register(*registry_);
-  for (const char* outcome : {"ok", "client_gone", "shutdown", "idle", "error"}) {
+  for (const char* outcome : {"ok", "client_gone", "shutdown", "idle", "invalid", "error"}) {
     streams_total_->Add({{"outcome", outcome}});
   }
   admission_rejections_ = &BuildCounter()
@@ -382,6 +383,11 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> ServerMetrics::Expose(const std
                                 auth_token);
 }
 
+SessionOutcome OutcomeOfError(absl::StatusCode code) {
+  return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kOutOfRange ? SessionOutcome::kInvalid
+                                                                                             : SessionOutcome::kError;
+}
+
 void ServerMetrics::SetServing(bool serving) { health_serving_->Set(serving ? 1 : 0); }
 
 void ServerMetrics::SessionOpened() { sessions_active_->Increment(); }
@@ -393,6 +399,7 @@ void ServerMetrics::SessionClosed(SessionOutcome outcome) {
     case SessionOutcome::kClientGone: sessions_client_gone_->Increment(); break;
     case SessionOutcome::kShutdown: sessions_shutdown_->Increment(); break;
     case SessionOutcome::kIdle: sessions_idle_->Increment(); break;
+    case SessionOutcome::kInvalid: sessions_invalid_->Increment(); break;
     case SessionOutcome::kError: sessions_error_->Increment(); break;
   }
 }
@@ -404,6 +411,7 @@ void ServerMetrics::StreamEnded(SessionOutcome outcome) {
     case SessionOutcome::kClientGone: label = "client_gone"; break;
     case SessionOutcome::kShutdown: label = "shutdown"; break;
     case SessionOutcome::kIdle: label = "idle"; break;
+    case SessionOutcome::kInvalid: label = "invalid"; break;
     case SessionOutcome::kError: label = "error"; break;
   }
   streams_total_->Add({{"outcome", label}}).Increment();

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/serving/engine.h"
@@ -36,7 +37,14 @@ namespace decoded::server {
 // kShutdown: the server ended the stream because it shuts down.
 // kIdle: the server ended it after --idle_session_seconds without a turn, or
 // of a client that took none of its events.
-enum class SessionOutcome { kOk, kClientGone, kShutdown, kIdle, kError };
+// kInvalid: the request itself was refused (INVALID_ARGUMENT, OUT_OF_RANGE:
+// a malformed turn, an out-of-range parameter), the client's fault, kept out
+// of kError (the server's: a failed step, an internal error) so an error-rate
+// alert reads the server's health, as TGI counts validation failures apart.
+enum class SessionOutcome { kOk, kClientGone, kShutdown, kIdle, kInvalid, kError };
+
+// kInvalid for a status of the client's making, else kError.
+SessionOutcome OutcomeOfError(absl::StatusCode code);
 
 // The server's own figures, read at scrape time (like Engine::Stats()).
 struct ServerState {
@@ -109,6 +117,7 @@ class ServerMetrics {
   prometheus::Counter* sessions_client_gone_;
   prometheus::Counter* sessions_shutdown_;
   prometheus::Counter* sessions_idle_;
+  prometheus::Counter* sessions_invalid_;
   prometheus::Counter* sessions_error_;
   prometheus::Family<prometheus::Counter>* streams_total_;
   prometheus::Counter* admission_rejections_;

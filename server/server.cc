@@ -185,11 +185,11 @@ absl::StatusOr<std::unique_ptr<DecodedServer>> DecodedServer::Start(const Server
         return std::make_shared<PeerSessions::Slot>(*std::move(slot));
       };
     }
-    completions.on_session_closed = [metrics](serving::FinishReason reason) {
+    completions.on_session_closed = [metrics](serving::FinishReason reason, absl::StatusCode code) {
       // An HTTP turn is cancelled only when its client went away.
       metrics->SessionClosed(reason == serving::FinishReason::kCancelled  ? SessionOutcome::kClientGone
                              : reason == serving::FinishReason::kShutdown ? SessionOutcome::kShutdown
-                             : reason == serving::FinishReason::kError    ? SessionOutcome::kError
+                             : reason == serving::FinishReason::kError    ? OutcomeOfError(code)
                                                                           : SessionOutcome::kOk);
     };
     server->completions_ = std::make_shared<http::OpenAiCompletions>(std::move(completions));

@@ -220,7 +220,7 @@ class HttpTurn : public serving::TurnSink, public std::enable_shared_from_this<H
     // its next request the moment it has this reply must find room (it got
     // 429 now and then when the reply went first). The sink lives on until
     // the engine released the session; `this` is held by Finish's caller.
-    if (options_->on_session_closed) options_->on_session_closed(end_.reason);
+    if (options_->on_session_closed) options_->on_session_closed(end_.reason, end_.error.code());
     peer_slot_.reset();
     engine_->CloseSession(session_, [self = std::move(self_)] {});
     if (request_.stream) {
@@ -531,7 +531,7 @@ void Start(const std::shared_ptr<OpenAiCompletions::State>& state, std::shared_p
   sink->KeepAlive();
   if (absl::Status s = engine->SubmitTurn(*session, req.turn, sink.get()); !s.ok()) {
     sink->Release();
-    if (options.on_session_closed) options.on_session_closed(serving::FinishReason::kError);
+    if (options.on_session_closed) options.on_session_closed(serving::FinishReason::kError, s.code());
     engine->CloseSession(*session, [sink] {});
     return refused(s);
   }

@@ -60,7 +60,8 @@ struct CompletionsOptions {
   std::function<void(const serving::TurnEnd&)> on_turn_end;
   std::function<void()> on_rejected;
   std::function<void()> on_session_opened;
-  std::function<void(serving::FinishReason)> on_session_closed;
+  // The turn's finish reason and, with kError, its error's code.
+  std::function<void(serving::FinishReason, absl::StatusCode)> on_session_closed;
   // The client address's share of --max_sessions_per_peer (shared with its
   // gRPC sessions), held until the session closes; an error (429) when the
   // address holds its limit. `peer` is HttpRequest::peer. Unset: no limit.

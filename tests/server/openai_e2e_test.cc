@@ -359,6 +359,11 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
     const json e = json::parse(raw.substr(raw.find("\r\n\r\n") + 4))["error"];
     if (!param.empty()) EXPECT_EQ(e["param"], param) << raw;
   };
+  auto sessions = [&](const char* outcome) {
+    const Reply r = Send(port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    return e2e::MetricValue(r.body, absl::StrCat("decoded_sessions_total{outcome=\"", outcome, "\"}"));
+  };
+  const double invalid_before = sessions("invalid"), errors_before = sessions("error");
   const std::string m = absl::StrCat(R"("model":")", kModel, R"(")");
   expect("/v1/completions", "{not json", 400, "body");
   expect("/v1/completions", "[1,2]", 400, "body");
@@ -401,6 +406,10 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
          absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":")", std::string(100000, 'x'), R"("}]})"), 400,
          "messages");
   expect("/v1/models", "{}", 405, "");
+  // The engine refused those five after their sessions opened: the client's
+  // fault, counted apart from the server's errors.
+  EXPECT_EQ(sessions("invalid"), invalid_before + 5);
+  EXPECT_EQ(sessions("error"), errors_before);
 }
 
 // logit_bias over both doors: -100 on the greedy first token makes the turn

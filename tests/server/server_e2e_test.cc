@@ -876,13 +876,14 @@ TEST_F(ServerE2eTest, TokenizeWithLatin1TextIsInvalidArgumentAndTheServerKeepsSe
 
 // A turn whose text or chat content is not UTF-8 ends its stream with
 // INVALID_ARGUMENT naming the field and the byte (not OK with no events), is
-// counted as a stream that ended in error, and the server keeps serving.
+// counted as a stream refused as invalid (not as the server's error), and the
+// server keeps serving.
 TEST_F(ServerE2eTest, GenerateWithTextThatIsNotUtf8IsInvalidArgumentNamingTheField) {
   auto outcome = [&](const char* name) {
     return e2e::MetricValue(HttpGet(server_->metrics_port(), "/metrics"),
                             absl::StrCat("decoded_streams_total{outcome=\"", name, "\"}"));
   };
-  const double errors_before = outcome("error");
+  const double errors_before = outcome("error"), invalid_before = outcome("invalid");
   v1::GenerateRequest chat = ChatTurn("hello", 2);
   chat.mutable_turn()->mutable_messages()->add_messages()->set_role("user");
   chat.mutable_turn()->mutable_messages()->mutable_messages(1)->set_content("ol\xE9!");
@@ -903,8 +904,9 @@ TEST_F(ServerE2eTest, GenerateWithTextThatIsNotUtf8IsInvalidArgumentNamingTheFie
   }
   // Counted when gRPC is done with each stream.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (outcome("error") < errors_before + 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_EQ(outcome("error"), errors_before + 2);
+  while (outcome("invalid") < invalid_before + 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(outcome("invalid"), invalid_before + 2);
+  EXPECT_EQ(outcome("error"), errors_before);
   EXPECT_TRUE(Solo(TextTurn("caf\xC3\xA9", 2)).ended);
 }
 

@@ -294,7 +294,7 @@ TEST_F(StreamLifecycleTest, CancelledStreamsNeverHoldSessionSlots) {
   // Every session these cycles opened ended as client_gone (a stream the
   // client cancels before the server dispatches it opens none).
   EXPECT_GT(outcome(after, "client_gone"), outcome(before, "client_gone"));
-  for (const char* other : {"ok", "error", "shutdown"}) {
+  for (const char* other : {"ok", "invalid", "error", "shutdown"}) {
     EXPECT_EQ(outcome(after, other), outcome(before, other)) << other;
   }
   EXPECT_EQ(MetricValue(after, "decoded_sessions_active"), 0);
