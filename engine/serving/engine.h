@@ -41,6 +41,11 @@ struct StoppingParams {
   std::vector<std::string> stop_sequences; // text stops; the stop text is not emitted
   std::vector<int32_t> stop_token_ids;     // each in [0, vocab)
   bool ignore_eos = false;                 // end-of-generation ids do not stop
+  // The turn is refused (INVALID_ARGUMENT naming TurnField::kMaxNewTokens)
+  // when its input plus max_new_tokens do not fit the session's context, as
+  // the OpenAI API, vLLM and TGI refuse such a request; otherwise such a turn
+  // runs and ends kContextFull when the context is full.
+  bool max_new_tokens_must_fit = false;
 };
 
 struct TurnRequest {

@@ -256,6 +256,14 @@ absl::Status Scheduler::StartTurn(Session* s, PreparedTurn turn, TurnSink* sink,
                                                           " tokens but the session's context has ", room, " of ",
                                                           s->ctx->capacity(), " left"));
   }
+  if (turn.stopping.max_new_tokens_must_fit &&
+      static_cast<int64_t>(turn.prompt.size()) + turn.stopping.max_new_tokens > room) {
+    return TurnFieldError(TurnField::kMaxNewTokens,
+                          absl::StrCat("the input needs ", turn.prompt.size(), " tokens and the output asks for up to ",
+                                       turn.stopping.max_new_tokens, " but the session's context has ", room, " of ",
+                                       s->ctx->capacity(), " left; ask for at most ",
+                                       room - static_cast<int64_t>(turn.prompt.size()), " (or a shorter input)"));
+  }
   if (const KvBlockCounts pool = model_->kv_blocks(); pool.block_tokens > 0) {
     // A prompt maps all its blocks at its first span (MapPromptKvLocked):
     // a block of every layer group per range, sliding groups' included.

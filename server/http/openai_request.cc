@@ -247,6 +247,8 @@ absl::Status Parse(const json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) 
   }
   if (max_tokens) {
     r->turn.stopping.max_new_tokens = static_cast<int32_t>(*max_tokens);
+    // As the OpenAI API and vLLM: an input plus max_tokens beyond the context is a 400, not a cut reply.
+    r->turn.stopping.max_new_tokens_must_fit = true;
     r->max_tokens_given = true;
   }
 

@@ -397,6 +397,11 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
   // server's limit (16), a chat turn's messages over the context.
   std::vector<int32_t> long_prompt(200, 7);
   expect("/v1/completions", Completion(long_prompt, 1).dump(), 400, "prompt");
+  // An input plus max_tokens past the context (128) is a 400 naming
+  // max_tokens, as the OpenAI API and vLLM answer it, not a reply cut short;
+  // one that fits exactly is served.
+  expect("/v1/completions", Completion(kPrompt, 128 - 5 + 1).dump(), 400, "max_tokens");
+  EXPECT_EQ(Post(port(), "/v1/completions", Completion(kPrompt, 128 - 5)).status, 200);
   expect("/v1/completions", Completion({2, 1 << 30}, 1).dump(), 400, "prompt");
   json many_stops = Completion(kPrompt, 1);
   many_stops["stop"] = json::array();
@@ -406,9 +411,9 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
          absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":")", std::string(100000, 'x'), R"("}]})"), 400,
          "messages");
   expect("/v1/models", "{}", 405, "");
-  // The engine refused those five after their sessions opened: the client's
+  // The engine refused those six after their sessions opened: the client's
   // fault, counted apart from the server's errors.
-  EXPECT_EQ(sessions("invalid"), invalid_before + 5);
+  EXPECT_EQ(sessions("invalid"), invalid_before + 6);
   EXPECT_EQ(sessions("error"), errors_before);
 }
 
