@@ -49,9 +49,10 @@ TurnRunner::TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector
       accepted_(accepted) {
   prefill_.insert(prefill_.end(), turn_.prompt.begin(), turn_.prompt.end());
   // Penalties see the turn: its prompt now (the repetition penalty only),
-  // its generated tokens as sampled; recomputed context is not the turn's
-  // (as when it was cached).
-  for (size_t i = recompute_; i < prefill_.size(); ++i) sampler_.AcceptPrompt(prefill_[i]);
+  // its generated tokens as sampled. The carry is context from earlier turns
+  // (an earlier turn's last sampled token, recomputed context), as when it
+  // was cached: the same context gives the same penalties either way.
+  for (size_t i = carry_size_; i < prefill_.size(); ++i) sampler_.AcceptPrompt(prefill_[i]);
 }
 
 void TurnRunner::PrependRecompute(absl::Span<const int32_t> tokens) {

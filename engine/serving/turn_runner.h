@@ -66,9 +66,10 @@ class TurnRunner {
   // `carry`: tokens of the context not yet in the KV cache; they are
   // prefilled first. Its first `recompute` tokens are context whose KV blocks
   // were given back (a preemption, Scheduler): they are computed again but
-  // are not this turn's input, so penalties do not see them, they give no
-  // prompt logprobs, and Usage::cached_tokens does not count them. The rest
-  // were sampled by earlier turns and never fed. `context_tokens`: the
+  // are not this turn's input, so they give no prompt logprobs, and
+  // Usage::cached_tokens does not count them. The rest were sampled by
+  // earlier turns and never fed. Penalties see none of the carry: only the
+  // turn's prompt and what it generates. `context_tokens`: the
   // session's context when the turn begins (KV cache + carry). `turn.prompt`
   // is final (BOS placed).
   TurnRunner(const ServingModel& model, PreparedTurn turn, std::vector<int32_t> carry,

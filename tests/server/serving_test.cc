@@ -1087,6 +1087,26 @@ TEST_P(SchedulerTest, PromptTokensReachTheRepetitionPenaltyOnly) {
   }
 }
 
+// The carry (the previous turn's last sampled token, fed at the start of
+// this turn) is context from an earlier turn: penalties do not see it, as
+// they would not had it been cached (an outside tester found it counted).
+TEST_P(SchedulerTest, PenaltiesDoNotSeeThePreviousTurnsLastToken) {
+  auto sched = MakeScheduler(1);
+  SessionId a = *sched->Open();
+  RecordingSink first, second;
+  ASSERT_TRUE(sched->Submit(a, Turn({5}, 1), &first).ok());
+  ASSERT_TRUE(first.WaitEnd());
+  ASSERT_EQ(first.ids(), std::vector<int32_t>{6});  // carried into the next turn
+  // Context 5 6 | 5: the successor 6 (logit 5) is not in this turn's input,
+  // so repetition 10 leaves it above token 3's biased logit 1.
+  PreparedTurn t = Turn({5}, 1);
+  t.sampling.repetition_penalty = 10.0f;
+  t.sampling.logit_bias = {{3, 1.0f}};
+  ASSERT_TRUE(sched->Submit(a, t, &second).ok());
+  ASSERT_TRUE(second.WaitEnd());
+  EXPECT_EQ(second.ids(), std::vector<int32_t>{6});
+}
+
 // BOS belongs to the start of the context, so whether a turn gets one
 // follows from the context, not from whether an earlier turn was accepted:
 // a first turn cancelled while queued leaves the context empty.
