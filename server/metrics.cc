@@ -260,7 +260,7 @@ ServerMetrics::ServerMetrics()
   sessions_active_ = &BuildGauge()
                           .Name("decoded_sessions_active")
                           .Help("Sessions open: Generate streams holding a session slot (taken at a stream's first "
-                                "turn, --max_sessions).")
+                                "turn, --max_sessions) and HTTP completions being answered.")
                           .Register(*registry_)
                           .Add({});
   health_serving_ = &BuildGauge()
@@ -271,20 +271,23 @@ ServerMetrics::ServerMetrics()
                          .Add({});
   auto& sessions = BuildCounter()
                        .Name("decoded_sessions_total")
-                       .Help("Sessions ended, by outcome (idle: ended by --idle_session_seconds).")
+                       .Help("Sessions ended, by outcome (idle: ended by --idle_session_seconds; invalid: the request's "
+                             "fault, 4xx; rejected: a server limit, RESOURCE_EXHAUSTED / 429; error: the server's).")
                        .Register(*registry_);
   sessions_ok_ = &sessions.Add({{"outcome", "ok"}});
   sessions_client_gone_ = &sessions.Add({{"outcome", "client_gone"}});
   sessions_shutdown_ = &sessions.Add({{"outcome", "shutdown"}});
   sessions_idle_ = &sessions.Add({{"outcome", "idle"}});
   sessions_invalid_ = &sessions.Add({{"outcome", "invalid"}});
+  sessions_rejected_ = &sessions.Add({{"outcome", "rejected"}});
   sessions_error_ = &sessions.Add({{"outcome", "error"}});
   streams_total_ = &BuildCounter()
                         .Name("decoded_streams_total")
-                        .Help("Generate streams ended, by outcome, with or without a session (one that never "
-                              "sent a turn, or whose first turn was refused, has none).")
+                        .Help("Generate streams ended, by outcome (as decoded_sessions_total), with or without a "
+                              "session (one that never sent a turn, or whose first turn was refused before a session "
+                              "opened, has none).")
                         .Register(*registry_);
-  for (const char* outcome : {"ok", "client_gone", "shutdown", "idle", "invalid", "error"}) {
+  for (const char* outcome : {"ok", "client_gone", "shutdown", "idle", "invalid", "rejected", "error"}) {
     streams_total_->Add({{"outcome", outcome}});
   }
   admission_rejections_ = &BuildCounter()
@@ -384,8 +387,15 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> ServerMetrics::Expose(const std
 }
 
 SessionOutcome OutcomeOfError(absl::StatusCode code) {
-  return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kOutOfRange ? SessionOutcome::kInvalid
-                                                                                             : SessionOutcome::kError;
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied: return SessionOutcome::kInvalid;
+    case absl::StatusCode::kResourceExhausted: return SessionOutcome::kRejected;
+    default: return SessionOutcome::kError;
+  }
 }
 
 void ServerMetrics::SetServing(bool serving) { health_serving_->Set(serving ? 1 : 0); }
@@ -400,6 +410,7 @@ void ServerMetrics::SessionClosed(SessionOutcome outcome) {
     case SessionOutcome::kShutdown: sessions_shutdown_->Increment(); break;
     case SessionOutcome::kIdle: sessions_idle_->Increment(); break;
     case SessionOutcome::kInvalid: sessions_invalid_->Increment(); break;
+    case SessionOutcome::kRejected: sessions_rejected_->Increment(); break;
     case SessionOutcome::kError: sessions_error_->Increment(); break;
   }
 }
@@ -412,6 +423,7 @@ void ServerMetrics::StreamEnded(SessionOutcome outcome) {
     case SessionOutcome::kShutdown: label = "shutdown"; break;
     case SessionOutcome::kIdle: label = "idle"; break;
     case SessionOutcome::kInvalid: label = "invalid"; break;
+    case SessionOutcome::kRejected: label = "rejected"; break;
     case SessionOutcome::kError: label = "error"; break;
   }
   streams_total_->Add({{"outcome", label}}).Increment();

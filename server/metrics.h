@@ -37,13 +37,17 @@ namespace decoded::server {
 // kShutdown: the server ended the stream because it shuts down.
 // kIdle: the server ended it after --idle_session_seconds without a turn, or
 // of a client that took none of its events.
-// kInvalid: the request itself was refused (INVALID_ARGUMENT, OUT_OF_RANGE:
-// a malformed turn, an out-of-range parameter), the client's fault, kept out
-// of kError (the server's: a failed step, an internal error) so an error-rate
-// alert reads the server's health, as TGI counts validation failures apart.
-enum class SessionOutcome { kOk, kClientGone, kShutdown, kIdle, kInvalid, kError };
+// How a stream or session ended. Refusals are split as HTTP splits its
+// classes, so an error rate reads the server's health (TGI likewise counts its
+// validation failures apart): kInvalid, the request's own fault (a malformed
+// or out-of-range turn, a turn sent while one runs, a missing or wrong token:
+// INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION, UNAUTHENTICATED,
+// PERMISSION_DENIED; HTTP 400, 401, 403); kRejected, a server limit
+// (RESOURCE_EXHAUSTED; HTTP 429); kError, the server's (a failed step, an
+// internal error; HTTP 5xx).
+enum class SessionOutcome { kOk, kClientGone, kShutdown, kIdle, kInvalid, kRejected, kError };
 
-// kInvalid for a status of the client's making, else kError.
+// The outcome of a stream or turn that ended with `code` (not OK).
 SessionOutcome OutcomeOfError(absl::StatusCode code);
 
 // The server's own figures, read at scrape time (like Engine::Stats()).
@@ -118,6 +122,7 @@ class ServerMetrics {
   prometheus::Counter* sessions_shutdown_;
   prometheus::Counter* sessions_idle_;
   prometheus::Counter* sessions_invalid_;
+  prometheus::Counter* sessions_rejected_;
   prometheus::Counter* sessions_error_;
   prometheus::Family<prometheus::Counter>* streams_total_;
   prometheus::Counter* admission_rejections_;

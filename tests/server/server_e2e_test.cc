@@ -344,6 +344,11 @@ TEST_F(ServerE2eTest, BadRequestsGetTheirStatusWhileAnotherStreamGenerates) {
 
 TEST_F(ServerE2eTest, TooManySessionsIsResourceExhausted) {
   ASSERT_TRUE(EngineDrainsToZero(absl::Seconds(5)));
+  auto outcome = [&](const char* name) {
+    return e2e::MetricValue(HttpGet(server_->metrics_port(), "/metrics"),
+                            absl::StrCat("decoded_streams_total{outcome=\"", name, "\"}"));
+  };
+  const double rejected_before = outcome("rejected"), errors_before = outcome("error");
   std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
   std::vector<std::unique_ptr<Stream>> streams;
   for (int i = 0; i < kMaxSessions; ++i) {
@@ -353,6 +358,11 @@ TEST_F(ServerE2eTest, TooManySessionsIsResourceExhausted) {
     ASSERT_TRUE(ReadTurn(streams.back().get()).ended);  // the session is open
   }
   EXPECT_EQ(StatusOf(TextTurn("Hi", 1)).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // A server limit: counted as rejected, not as the server's error.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (outcome("rejected") < rejected_before + 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(outcome("rejected"), rejected_before + 1);
+  EXPECT_EQ(outcome("error"), errors_before);
   for (auto& s : streams) {
     s->WritesDone();
     EXPECT_TRUE(s->Finish().ok());
