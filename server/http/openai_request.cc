@@ -273,6 +273,14 @@ absl::Status Parse(const json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) 
     p.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
   }
   if (absl::Status s = Stop(f.Get("stop"), &r->turn); !s.ok()) return s;
+  // vLLM's stop_token_ids: generation stops at any of them (finish_reason
+  // "stop"); the engine refuses ids outside the vocabulary and long lists.
+  if (const json* ids = f.Get("stop_token_ids"); ids != nullptr && !ids->is_null()) {
+    if (!ids->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
+    if (!ids->empty()) {
+      if (absl::Status s = TokenIds(*ids, "stop_token_ids", &r->turn.stopping.stop_token_ids); !s.ok()) return s;
+    }
+  }
   if (absl::Status s = f.Bool("ignore_eos", &r->turn.stopping.ignore_eos); !s.ok()) return s;
 
   if (chat) {

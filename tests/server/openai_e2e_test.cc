@@ -410,11 +410,39 @@ TEST_F(OpenAiE2eTest, BadRequestsGetTheirStatusAndNameTheField) {
   expect("/v1/chat/completions",
          absl::StrCat("{", m, R"(,"messages":[{"role":"user","content":")", std::string(100000, 'x'), R"("}]})"), 400,
          "messages");
+  // vLLM's stop_token_ids: a list of ids within the vocabulary.
+  for (const char* ids : {R"("7")", R"([7,"x"])", R"([-1])", R"([999999999])"}) {
+    expect("/v1/completions", absl::StrCat("{", m, R"(,"prompt":"x","stop_token_ids":)", ids, "}"), 400,
+           "stop_token_ids");
+  }
   expect("/v1/models", "{}", 405, "");
-  // The engine refused those six after their sessions opened: the client's
+  // The engine refused those seven after their sessions opened: the client's
   // fault, counted apart from the server's errors.
-  EXPECT_EQ(sessions("invalid"), invalid_before + 6);
+  EXPECT_EQ(sessions("invalid"), invalid_before + 7);
   EXPECT_EQ(sessions("error"), errors_before);
+}
+
+// vLLM's stop_token_ids: the reply ends at the first of them it generates,
+// with finish_reason "stop", as the gRPC turn with the same stop ids.
+TEST_F(OpenAiE2eTest, StopTokenIdsEndTheReplyAsOverGrpc) {
+  const e2e::TurnResult plain = e2e::Solo(*stub_, e2e::TokensTurn(kPrompt, 6));
+  ASSERT_TRUE(plain.ended);
+  ASSERT_EQ(plain.ids.size(), 6u);
+  const int32_t stop_id = plain.ids[2];
+  v1::GenerateRequest stopped = e2e::TokensTurn(kPrompt, 6);
+  stopped.mutable_turn()->mutable_stopping()->add_stop_token_ids(stop_id);
+  const e2e::TurnResult want = e2e::Solo(*stub_, stopped);
+  ASSERT_TRUE(want.ended);
+  EXPECT_LT(want.ids.size(), 6u);
+  json req = Completion(kPrompt, 6);
+  req["stop_token_ids"] = {stop_id};
+  const Reply r = Post(port(), "/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = json::parse(r.body)["choices"][0];
+  EXPECT_EQ(c["text"], want.text);
+  EXPECT_EQ(c["finish_reason"], "stop");
+  req["stop_token_ids"] = json::array();  // an empty list stops nothing
+  EXPECT_EQ(json::parse(Post(port(), "/v1/completions", req).body)["choices"][0]["text"], plain.text);
 }
 
 // logit_bias over both doors: -100 on the greedy first token makes the turn
