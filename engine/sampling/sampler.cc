@@ -77,6 +77,7 @@ void Sampler::AcceptPrompt(int32_t id) {
 void Sampler::Accept(int32_t id) {
   if (id < 0 || id >= vocab_size_) return;
   ++counts_[id];
+  ++generated_;
 }
 
 void Sampler::ApplyLogitBias(absl::Span<float> logits) const {
@@ -294,9 +295,8 @@ void Sampler::FillTopLogprobs(absl::Span<const float> raw, float log_z, SampleRe
 
 bool Sampler::AdjustsLogits() const {
   const SamplingParams& p = params_;
-  return !p.logit_bias.empty() ||
-         (!counts_.empty() &&
-          (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f));
+  return !p.logit_bias.empty() || (!counts_.empty() && p.repetition_penalty != 1.0f) ||
+         (generated_ > 0 && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f));
 }
 
 SampleResult Sampler::Sample(absl::Span<const float> logits) {

@@ -116,8 +116,8 @@ class Sampler {
   void ApplyPenalties(absl::Span<float> logits) const;
 
  private:
-  // True when a logit bias is set, or Accept() counted ids and some penalty
-  // is not off: Sample() then works on a copy of the logits.
+  // True when a logit bias is set, or a penalty that is not off has ids to
+  // act on: Sample() then works on a copy of the logits.
   bool AdjustsLogits() const;
   // Fills scratch_ids_ with the top-k / top-p / min-p survivors of the
   // NaN-free penalised logits x (max m); returns their number.
@@ -135,6 +135,7 @@ class Sampler {
   // Per id seen: its count among generated tokens (0 for an id seen only in
   // the prompt).
   absl::flat_hash_map<int32_t, int32_t> counts_;
+  int64_t generated_ = 0;  // Accept() calls with an id in the vocabulary
   std::vector<float> scratch_logits_;   // NaN-free penalised copy of the logits (when needed), [n]
   std::vector<float> scratch_weights_;  // exp values, [n]
   std::vector<int32_t> scratch_ids_;    // candidate ids, [n]
