@@ -31,6 +31,7 @@
 #include "bench/device_counters.h"
 #include "engine/cpu_isa.h"
 #include "engine/device_spec.h"
+#include "engine/kv_layout.h"
 #include "engine/kv_pool.h"
 #include "engine/runtime.h"
 
@@ -74,10 +75,9 @@ int Run() {
   ModelLoadOptions load;
   load.backend = *backend;
   const std::string kv_type = absl::GetFlag(FLAGS_kv_type);
-  if (kv_type != "f32" && kv_type != "f16" && kv_type != "q8_0") {
-    return Fail("--kv_type", absl::InvalidArgumentError(kv_type));
-  }
-  load.kv_type = kv_type == "f32" ? DType::kF32 : kv_type == "f16" ? DType::kF16 : DType::kQ8_0;
+  const absl::StatusOr<DType> kv_parsed = KvTypeFromName(kv_type);
+  if (!kv_parsed.ok()) return Fail("--kv_type", kv_parsed.status());
+  load.kv_type = *kv_parsed;
   auto model = Model::Load(absl::GetFlag(FLAGS_model), load);
   if (!model.ok()) return Fail("model", model.status());
   std::vector<int32_t> sizes;

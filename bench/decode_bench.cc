@@ -29,6 +29,7 @@
 #include "engine/cpu_isa.h"
 #include "engine/device_spec.h"
 #include "engine/decode_driver.h"
+#include "engine/kv_layout.h"
 #include "engine/kv_rows.h"
 #include "engine/model_registry.h"
 #include "engine/runtime.h"
@@ -69,10 +70,9 @@ int Fail(const char* what, const absl::Status& status) {
 
 int Run() {
   const std::string kv_name = absl::GetFlag(FLAGS_kv_type);
-  if (kv_name != "f32" && kv_name != "f16" && kv_name != "q8_0") {
-    return Fail("--kv_type", absl::InvalidArgumentError("--kv_type " + kv_name + ": must be f32, f16 or q8_0"));
-  }
-  const DType kv_type = kv_name == "f32" ? DType::kF32 : kv_name == "f16" ? DType::kF16 : DType::kQ8_0;
+  const absl::StatusOr<DType> kv_parsed = KvTypeFromName(kv_name);
+  if (!kv_parsed.ok()) return Fail("--kv_type", kv_parsed.status());
+  const DType kv_type = *kv_parsed;
   if (absl::Status isa = InitCpuIsaFromEnvironment(); !isa.ok()) {
     std::fprintf(stderr, "%s\n", isa.ToString().c_str());
     return 1;

@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "engine/device_spec.h"
+#include "engine/kv_layout.h"
 #include "engine/perplexity.h"
 #include "engine/runtime.h"
 #include "nlohmann/json.hpp"
@@ -39,15 +40,9 @@ int Fail(const char* what, const absl::Status& s) {
 int Main() {
   const std::string type = absl::GetFlag(FLAGS_kv_type);
   ModelLoadOptions options;
-  if (type == "f32") {
-    options.kv_type = DType::kF32;
-  } else if (type == "f16") {
-    options.kv_type = DType::kF16;
-  } else if (type == "q8_0") {
-    options.kv_type = DType::kQ8_0;
-  } else {
-    return Fail("--kv_type", absl::InvalidArgumentError("must be f32, f16 or q8_0"));
-  }
+  const absl::StatusOr<DType> kv_type = KvTypeFromName(type);
+  if (!kv_type.ok()) return Fail("--kv_type", kv_type.status());
+  options.kv_type = *kv_type;
   std::ifstream in(absl::GetFlag(FLAGS_tokens));
   if (!in) return Fail("--tokens", absl::NotFoundError(absl::GetFlag(FLAGS_tokens)));
   const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/cpu_isa.h"
 #include "engine/device_spec.h"
+#include "engine/kv_layout.h"
 #include "engine/kv_pool.h"
 #include "engine/runtime.h"
 
@@ -64,10 +65,9 @@ int Run() {
   ModelLoadOptions load;
   load.backend = *backend;
   const std::string kv_type = absl::GetFlag(FLAGS_kv_type);
-  if (kv_type != "f32" && kv_type != "f16" && kv_type != "q8_0") {
-    return Fail("--kv_type", absl::InvalidArgumentError(kv_type + ": must be f32, f16 or q8_0"));
-  }
-  load.kv_type = kv_type == "f32" ? DType::kF32 : kv_type == "f16" ? DType::kF16 : DType::kQ8_0;
+  const absl::StatusOr<DType> kv_parsed = KvTypeFromName(kv_type);
+  if (!kv_parsed.ok()) return Fail("--kv_type", kv_parsed.status());
+  load.kv_type = *kv_parsed;
   auto model = Model::Load(absl::GetFlag(FLAGS_model), load);
   if (!model.ok()) return Fail("model", model.status());
 

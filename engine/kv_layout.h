@@ -26,13 +26,26 @@
 #define DECODED_ENGINE_KV_LAYOUT_H_
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
+#include "absl/status/statusor.h"
 #include "engine/dtype.h"
 
 namespace decoded {
 
 // True for the element types a KV cache can hold (f32, f16, q8_0).
 inline bool IsKvType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0; }
+
+// The KV type a flag names (`--kv_type` of the daemon and the benches):
+// "f32", "f16" or "q8_0". INVALID_ARGUMENT "<name>: must be f32, f16 or q8_0"
+// for anything else.
+inline absl::StatusOr<DType> KvTypeFromName(std::string_view name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "f16") return DType::kF16;
+  if (name == "q8_0") return DType::kQ8_0;
+  return absl::InvalidArgumentError(std::string(name) + ": must be f32, f16 or q8_0");
+}
 
 // Bytes of one slot row of `dim` elements of KV type `t` (dim a multiple of
 // 32 for q8_0).

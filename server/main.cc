@@ -46,6 +46,7 @@
 #include "engine/backend.h"
 #include "engine/cpu_isa.h"
 #include "engine/device_spec.h"
+#include "engine/kv_layout.h"
 #include "google/protobuf/stubs/logging.h"
 #include "engine/serving/engine.h"
 #include "server/cpu_budget.h"
@@ -411,10 +412,10 @@ int main(int argc, char** argv) {
   const int64_t kv_budget_mb = absl::GetFlag(FLAGS_kv_budget_mb);
   if (kv_budget_mb < -1) return bad_flags("--kv_budget_mb must be >= -1 (-1: from the memory there is; 0: no limit)");
   engine_options.kv_budget_bytes = kv_budget_mb < 0 ? -1 : kv_budget_mb * (int64_t{1} << 20);
-  if (const std::string t = absl::GetFlag(FLAGS_kv_type); t == "f32" || t == "f16" || t == "q8_0") {
-    engine_options.kv_type = t == "f32" ? decoded::DType::kF32 : t == "f16" ? decoded::DType::kF16 : decoded::DType::kQ8_0;
+  if (const absl::StatusOr<decoded::DType> t = decoded::KvTypeFromName(absl::GetFlag(FLAGS_kv_type)); t.ok()) {
+    engine_options.kv_type = *t;
   } else {
-    return bad_flags(absl::StrCat("--kv_type ", t, ": must be f32, f16 or q8_0"));
+    return bad_flags(absl::StrCat("--kv_type ", t.status().message()));
   }
   engine_options.kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   engine_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
