@@ -28,10 +28,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_model.h"
 #include "bench/device_counters.h"
 #include "engine/cpu_isa.h"
-#include "engine/device_spec.h"
-#include "engine/kv_layout.h"
 #include "engine/kv_pool.h"
 #include "engine/runtime.h"
 
@@ -69,17 +68,10 @@ double Percentile(std::vector<double> v, double q) {
 }
 
 int Run() {
-  if (absl::Status isa = InitCpuIsaFromEnvironment(); !isa.ok()) return Fail("cpu isa", isa);
-  absl::StatusOr<std::shared_ptr<Backend>> backend = OpenBackend(absl::GetFlag(FLAGS_device));
-  if (!backend.ok()) return Fail("--device", backend.status());
-  ModelLoadOptions load;
-  load.backend = *backend;
   const std::string kv_type = absl::GetFlag(FLAGS_kv_type);
-  const absl::StatusOr<DType> kv_parsed = KvTypeFromName(kv_type);
-  if (!kv_parsed.ok()) return Fail("--kv_type", kv_parsed.status());
-  load.kv_type = *kv_parsed;
-  auto model = Model::Load(absl::GetFlag(FLAGS_model), load);
-  if (!model.ok()) return Fail("model", model.status());
+  auto model = bench::LoadBenchModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_device), kv_type);
+  if (!model.ok()) return Fail("setup", model.status());
+  Backend& backend = (*model)->backend();
   std::vector<int32_t> sizes;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
     int32_t b = 0;
@@ -93,7 +85,7 @@ int Run() {
   const int steps = std::max(1, absl::GetFlag(FLAGS_decode_steps));
   const int32_t vocab = (*model)->info().vocab_size;
   const int32_t bos = std::max(0, (*model)->tokenizer().bos_id());
-  auto made = (*model)->backend().CreateExecutor(threads);
+  auto made = backend.CreateExecutor(threads);
   if (!made.ok()) return Fail("executor", made.status());
   std::unique_ptr<Executor> executor = *std::move(made);
 
@@ -171,7 +163,7 @@ int Run() {
   }
   std::printf("{\"device\": \"%s\", \"device_name\": \"%s\", \"threads\": %d, \"cpu_isa\": \"%s\", "
               "\"prompt_tokens\": %d, \"decode_steps\": %d, \"results\": [%s]}\n",
-              std::string((*backend)->name()).c_str(), (*backend)->device_name().c_str(), threads,
+              std::string(backend.name()).c_str(), backend.device_name().c_str(), threads,
               CpuIsaName(ActiveCpuIsa()), n_prompt, steps, results.c_str());
   return 0;
 }

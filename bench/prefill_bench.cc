@@ -27,9 +27,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_model.h"
 #include "engine/cpu_isa.h"
-#include "engine/device_spec.h"
-#include "engine/kv_layout.h"
 #include "engine/kv_pool.h"
 #include "engine/runtime.h"
 
@@ -59,17 +58,10 @@ double Median(std::vector<double> v) {
 }
 
 int Run() {
-  if (absl::Status isa = InitCpuIsaFromEnvironment(); !isa.ok()) return Fail("cpu isa", isa);
-  absl::StatusOr<std::shared_ptr<Backend>> backend = OpenBackend(absl::GetFlag(FLAGS_device));
-  if (!backend.ok()) return Fail("--device", backend.status());
-  ModelLoadOptions load;
-  load.backend = *backend;
   const std::string kv_type = absl::GetFlag(FLAGS_kv_type);
-  const absl::StatusOr<DType> kv_parsed = KvTypeFromName(kv_type);
-  if (!kv_parsed.ok()) return Fail("--kv_type", kv_parsed.status());
-  load.kv_type = *kv_parsed;
-  auto model = Model::Load(absl::GetFlag(FLAGS_model), load);
-  if (!model.ok()) return Fail("model", model.status());
+  auto model = bench::LoadBenchModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_device), kv_type);
+  if (!model.ok()) return Fail("setup", model.status());
+  Backend& backend = (*model)->backend();
 
   std::vector<int32_t> lengths;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_prompt_tokens), ',')) {
@@ -89,7 +81,7 @@ int Run() {
   }
   if (bt < 1) return Fail("--kv_block_tokens", absl::InvalidArgumentError("must be positive"));
 
-  auto made = (*model)->backend().CreateExecutor(absl::GetFlag(FLAGS_threads));
+  auto made = backend.CreateExecutor(absl::GetFlag(FLAGS_threads));
   if (!made.ok()) return Fail("executor", made.status());
   std::unique_ptr<Executor> executor = *std::move(made);
   // The daemon's decoder: max_batch 16 (its default) and the step budget.
@@ -154,7 +146,7 @@ int Run() {
   }
   std::printf("{\"device\": \"%s\", \"cpu_isa\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
               "\"kv_block_tokens\": %d, \"max_step_tokens\": %d, \"rounds\": %d, \"results\": [%s]}\n",
-              std::string((*backend)->name()).c_str(), CpuIsaName(ActiveCpuIsa()), absl::GetFlag(FLAGS_threads),
+              std::string(backend.name()).c_str(), CpuIsaName(ActiveCpuIsa()), absl::GetFlag(FLAGS_threads),
               kv_type.c_str(), bt, step_tokens, rounds, results.c_str());
   return 0;
 }
